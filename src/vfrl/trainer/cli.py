@@ -1,0 +1,36 @@
+"""vf-train: the trainer process. Reads the resolved run config and trains against the vLLM server."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vfrl.inference.server import API_KEY_ENV
+
+app = typer.Typer(add_completion=False, help=__doc__)
+
+
+@app.command()
+def train(
+    at: Annotated[str, typer.Argument(metavar="@", help="Literal '@' followed by the resolved config file.")],
+    config_path: Annotated[Path, typer.Argument(metavar="CONFIG", exists=True, dir_okay=False)],
+    base_url: Annotated[str | None, typer.Option(help="vLLM base URL; default from [inference] host/port.")] = None,
+) -> None:
+    """Train the run described by CONFIG (as written by vf-rl into the run directory)."""
+    if at != "@":
+        raise typer.BadParameter("usage: vf-train @ CONFIG")
+    from vfrl.config import load_config
+    from vfrl.trainer.trainer import RLTrainer
+
+    cfg = load_config(config_path)
+    run_dir = config_path.resolve().parent
+    host = "127.0.0.1" if cfg.inference.host in ("0.0.0.0", "::") else cfg.inference.host
+    url = base_url or f"http://{host}:{cfg.inference.port}/v1"
+    RLTrainer(cfg, run_dir, url, os.environ.get(API_KEY_ENV, "EMPTY")).train()
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,69 @@
+"""The orchestrator: picks examples, runs environment rollouts against vLLM, returns scored batches.
+
+Runs on the trainer's rank 0 inside the trainer's event loop, so generation of batch n+1 goes on
+while batch n trains in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass, field
+
+from vfrl.config import TrainerArgs
+from vfrl.environments.environment import Environment, Rollout
+
+
+@dataclass
+class Batch:
+    step: int
+    policy_version: int  # the policy the rollouts were sampled from
+    rollouts: list[Rollout]
+    example_ids: list[int]
+    gen_start: float = 0.0  # wall-clock (time.time) bounds of generation
+    gen_end: float = 0.0
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Orchestrator:
+    def __init__(self, env: Environment, client, args: TrainerArgs):
+        self.env = env
+        self.client = client
+        self.args = args
+        self.examples_per_step = args.batch_size // args.rollouts_per_example
+        self.semaphore = asyncio.Semaphore(args.max_concurrent)
+        self._order: list[int] = []
+        self._rng = random.Random(args.seed)
+
+    def sampling(self) -> dict:
+        a = self.args
+        s = {"temperature": a.temperature, "top_p": a.top_p, "max_tokens": a.max_tokens,
+             "presence_penalty": a.presence_penalty, "frequency_penalty": a.frequency_penalty,
+             "top_k": a.top_k, "min_p": a.min_p, "repetition_penalty": a.repetition_penalty}
+        return s
+
+    def example_ids(self, step: int) -> list[int]:
+        """Deterministic data order: a fresh shuffle of the dataset each epoch, a function of (seed, step)."""
+        n = len(self.env.dataset)
+        needed = (step + 1) * self.examples_per_step
+        while len(self._order) < needed:
+            epoch = list(range(n))
+            self._rng.shuffle(epoch)
+            self._order += epoch
+        return self._order[step * self.examples_per_step : needed]
+
+    async def generate(self, step: int, model: str, policy_version: int) -> Batch:
+        ids = self.example_ids(step)
+        t0 = time.time()
+        groups = await asyncio.wait_for(
+            asyncio.gather(*(
+                self.env.run_group(self.client, model, i, self.args.rollouts_per_example, self.sampling(),
+                                   self.semaphore)
+                for i in ids
+            )),
+            timeout=self.args.generation_timeout,
+        )
+        rollouts = [r for g in groups for r in g]
+        return Batch(step=step, policy_version=policy_version, rollouts=rollouts, example_ids=ids,
+                     gen_start=t0, gen_end=time.time())

@@ -1,0 +1,203 @@
+"""RLTrainer: asynchronous, one-step off-policy GRPO-style training against a vLLM server.
+
+    step n: await batch n (sampled by policy n-1 or n)     -- generated while step n-1 trained
+            start generating batch n+1 with policy n
+            train on batch n in a worker thread             -- the event loop keeps generating
+            save adapter n+1, load it into vLLM, sample from it from now on
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+
+import httpx
+import torch
+
+from vfrl.config import RLConfig
+from vfrl.environments.loader import load_environment
+from vfrl.trainer.advantages import group_advantages
+from vfrl.trainer.batch import collate
+from vfrl.trainer.logprobs import sequence_logprobs
+from vfrl.trainer.loss import importance_ratio_loss
+from vfrl.trainer.orchestrator import Batch, Orchestrator
+from vfrl.trainer.weight_sync import AdapterSync
+
+
+def wait_for_server(base_url: str, timeout: float, api_key: str, inference_pid_file: Path | None = None) -> float:
+    """Block until vLLM answers /health; returns seconds waited. Fails fast if the server process died."""
+    t0 = time.time()
+    root = base_url.rstrip("/").removesuffix("/v1")
+    while True:
+        try:
+            if httpx.get(f"{root}/health", timeout=2).status_code == 200:
+                return time.time() - t0
+        except httpx.TransportError:
+            pass
+        if inference_pid_file and inference_pid_file.exists():
+            pid = int(inference_pid_file.read_text())
+            if not Path(f"/proc/{pid}").exists():
+                raise RuntimeError("the vLLM server exited during start-up; see logs/inference.log")
+        if time.time() - t0 > timeout:
+            raise TimeoutError(f"vLLM did not answer {root}/health within {timeout:.0f}s; see logs/inference.log")
+        time.sleep(1)
+
+
+class RLTrainer:
+    def __init__(self, config: RLConfig, run_dir: Path, base_url: str, api_key: str):
+        from accelerate import Accelerator
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.cfg = config
+        self.args = config.args
+        self.run_dir = run_dir
+        self.base_url = base_url
+        self.api_key = api_key
+        torch.manual_seed(self.args.seed)
+        self.accelerator = Accelerator(mixed_precision="bf16" if self.args.bf16 else "no")
+        self.tokenizer = AutoTokenizer.from_pretrained(config.model)
+        dtype = torch.bfloat16 if self.args.bf16 else torch.float32
+        model = AutoModelForCausalLM.from_pretrained(config.model, dtype=dtype)
+        if self.args.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        if not self.args.use_lora:
+            raise NotImplementedError("use_lora = false (full fine-tuning) is not supported yet; set use_lora = true")
+        from peft import LoraConfig, get_peft_model
+
+        lora = LoraConfig(
+            r=self.args.lora_rank, lora_alpha=self.args.lora_alpha, lora_dropout=self.args.lora_dropout,
+            target_modules=self.args.lora_target_modules, modules_to_save=self.args.lora_modules_to_save,
+            use_rslora=self.args.lora_use_rslora, task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(model, lora)
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=self.args.learning_rate, weight_decay=self.args.weight_decay)
+        from transformers import get_scheduler
+
+        scheduler = get_scheduler(self.args.lr_scheduler_type, optimizer, num_warmup_steps=self.args.warmup_steps,
+                                  num_training_steps=self.args.max_steps)
+        self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        self.env = load_environment(config.env.id, **config.env.args)
+        (run_dir / "adapters").mkdir(parents=True, exist_ok=True)
+        (run_dir / "rollouts").mkdir(parents=True, exist_ok=True)
+        self.sync = AdapterSync(base_url, api_key, run_dir / "adapters")
+        self.metrics_path = run_dir / "metrics.jsonl"
+        self.wandb = None
+        if self.args.report_to == "wandb":
+            import wandb
+
+            self.wandb = wandb.init(project=os.environ.get("WANDB_PROJECT", "vfrl"), name=self.args.run_name,
+                                    dir=str(run_dir), config=config.model_dump(mode="json"))
+
+    # ---- one optimizer step (runs in a worker thread) ----
+    def train_step(self, batch: Batch) -> dict[str, float]:
+        a = self.args
+        rewards = torch.tensor([r.reward for r in batch.rollouts], dtype=torch.float32)
+        advantages = group_advantages(rewards, a.rollouts_per_example, a.scale_rewards)
+        tb = collate(batch.rollouts, advantages, a.max_seq_len, self.pad_id)
+        num_loss_tokens = int(tb.loss_mask.sum())
+        device = self.accelerator.device
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        total_loss, kl_sum, masked_sum = 0.0, 0.0, 0.0
+        for start in range(0, len(tb), a.micro_batch_size):
+            mb = tb.slice(start, start + a.micro_batch_size)
+            logprobs = sequence_logprobs(self.model, mb.input_ids.to(device), mb.attention_mask.to(device), a.temperature)
+            loss, stats = importance_ratio_loss(
+                logprobs, mb.sampling_logprobs.to(device), mb.advantages.to(device), mb.loss_mask.to(device),
+                num_loss_tokens, a.mask_ratio_low, a.mask_ratio_high,
+            )
+            self.accelerator.backward(loss)
+            share = float(mb.loss_mask.sum()) / max(num_loss_tokens, 1)
+            total_loss += float(loss)
+            kl_sum += stats.mismatch_kl * share
+            masked_sum += stats.masked_fraction * share
+        grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), a.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        grouped = rewards.view(-1, a.rollouts_per_example)
+        out = {
+            "loss": total_loss,
+            "grad_norm": float(grad_norm),
+            "lr": self.scheduler.get_last_lr()[0],
+            "mismatch_kl": kl_sum,
+            "masked_fraction": masked_sum,
+            "reward_mean": float(rewards.mean()),
+            "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
+            "zero_std_groups": float((grouped.std(dim=1) == 0).float().mean()) if a.rollouts_per_example > 1 else 1.0,
+            "completion_len": sum(len(r.completion_ids) for r in batch.rollouts) / len(batch.rollouts),
+            "truncated_fraction": sum(r.truncated for r in batch.rollouts) / len(batch.rollouts),
+            "loss_tokens": num_loss_tokens,
+        }
+        for name in batch.rollouts[0].metrics:
+            out[f"reward/{name}"] = sum(r.metrics.get(name, 0.0) for r in batch.rollouts) / len(batch.rollouts)
+        return out
+
+    # ---- the loop ----
+    def train(self) -> None:
+        asyncio.run(self._train())
+
+    async def _train(self) -> None:
+        from openai import AsyncOpenAI
+
+        a = self.args
+        waited = await asyncio.to_thread(wait_for_server, self.base_url, 900, self.api_key,
+                                         self.run_dir / "inference.pid")
+        print(f"vLLM is up (waited {waited:.1f}s)", flush=True)
+        client = AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, timeout=a.generation_timeout, max_retries=2)
+        orch = Orchestrator(self.env, client, a)
+        model_name, _ = self.sync.push(self.accelerator.unwrap_model(self.model), 0)  # version 0 == base model
+        version = 0
+        next_batch = asyncio.create_task(orch.generate(0, model_name, version))
+        for step in range(a.max_steps):
+            t_wait = time.time()
+            batch = await next_batch
+            wait_s = time.time() - t_wait
+            if batch.policy_version < step - 1:  # the one-step off-policy contract
+                raise RuntimeError(f"batch {step} came from policy {batch.policy_version}: more than one step stale")
+            if step + 1 < a.max_steps:
+                next_batch = asyncio.create_task(orch.generate(step + 1, model_name, version))
+            train_start = time.time()
+            stats = await asyncio.to_thread(self.train_step, batch)
+            train_end = time.time()
+            version = step + 1
+            model_name, sync_s = await asyncio.to_thread(self.sync.push, self.accelerator.unwrap_model(self.model), version)
+            record = {
+                "step": step + 1, "max_steps": a.max_steps, **stats,
+                "policy_version": batch.policy_version, "trained_version": step, "adapter_loaded": model_name,
+                "gen_start": batch.gen_start, "gen_end": batch.gen_end,
+                "train_start": train_start, "train_end": train_end,
+                "generate_s": batch.gen_end - batch.gen_start, "wait_s": wait_s,
+                "train_s": train_end - train_start, "sync_s": sync_s,
+                "tokens_per_s": sum(len(r.prompt_ids) + len(r.completion_ids) for r in batch.rollouts)
+                / max(train_end - train_start, 1e-9),
+            }
+            self.log(step + 1, record, batch)
+        if self.wandb:
+            self.wandb.finish()
+
+    def log(self, step: int, record: dict, batch: Batch) -> None:
+        with open(self.metrics_path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        with open(self.run_dir / "rollouts" / f"step_{step}.jsonl", "w") as f:
+            for r in batch.rollouts:
+                f.write(json.dumps({"example_id": r.example_id, "prompt": r.prompt, "completion": r.completion,
+                                    "answer": r.answer, "reward": r.reward, "metrics": r.metrics,
+                                    "policy": r.policy}) + "\n")
+        if self.wandb:
+            self.wandb.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=step)
+        if step % self.args.logging_steps == 0:
+            print(
+                f"step {step}/{record['max_steps']} | reward {record['reward_mean']:.3f} | loss {record['loss']:+.4f} "
+                f"| kl {record['mismatch_kl']:.1e} | gen {record['generate_s']:.1f}s wait {record['wait_s']:.1f}s "
+                f"train {record['train_s']:.1f}s sync {record['sync_s']:.2f}s | loaded {record['adapter_loaded']}",
+                flush=True,
+            )
+            if self.args.log_completions:
+                for r in batch.rollouts[: self.args.num_completions_to_print]:
+                    text = r.completion[-1]["content"] if r.completion else ""
+                    print(f"    [{r.reward:.2f}] {r.prompt[-1]['content']!r} -> {text!r}", flush=True)
