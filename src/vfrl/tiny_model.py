@@ -13,7 +13,10 @@ from pathlib import Path
 
 BOS, EOS, PAD = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 SPECIAL_TOKENS = [PAD, BOS, EOS]
-CHARS = list(string.printable[:-5]) + ["\n"]  # printable ASCII without \t\r\x0b\x0c, plus newline
+# Printable ASCII plus newline, spelled the byte-level way (space = "Ġ", newline = "Ċ") as in Qwen2's
+# tokenizer: transformers loads a qwen2 model's tokenizer.json through Qwen2Tokenizer, which rebuilds a
+# byte-level pipeline; with byte-level symbols the rebuilt tokenizer is the same as the one built here.
+CHARS = [c for c in string.printable[:-6] if c != " "] + ["\u0120", "\u010a"]
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -25,13 +28,14 @@ CHAT_TEMPLATE = (
 
 def build_tokenizer():
     """Each printable character is one token; ChatML markers are special tokens."""
-    from tokenizers import Tokenizer, decoders, models
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARS)}
-    # BPE with no merges and no pre-tokenizer splits any text into single characters.
+    # BPE with no merges splits every pre-tokenized word into single characters.
     core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None, fuse_unk=False))
-    core.decoder = decoders.Fuse()
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
     core.add_special_tokens(SPECIAL_TOKENS)
     tok = PreTrainedTokenizerFast(
         tokenizer_object=core, bos_token=None, eos_token=EOS, pad_token=PAD, unk_token=None,

@@ -38,8 +38,9 @@ def describe(path: Path, err: ValidationError) -> str:
             lines.append(f"{path}: unknown key '{key}'{hint}")
         elif e["type"] == "missing":
             lines.append(f"{path}: missing required key '{key}'")
-        elif e["type"] == "value_error" and not loc:
-            lines.append(f"{path}: {e['msg'].removeprefix('Value error, ')}")
+        elif e["type"] == "value_error":  # a cross-field rule of a whole table
+            lines.append(f"{path}: [{key}] {e['msg'].removeprefix('Value error, ')}" if key
+                         else f"{path}: {e['msg'].removeprefix('Value error, ')}")
         else:
             where = f"'{key}'" if key else "config"
             lines.append(f"{path}: {where} = {e.get('input')!r} is invalid: {e['msg'].removeprefix('Value error, ')}")

