@@ -105,6 +105,19 @@ def run(
     raise typer.Exit(wait_for_trainer(srv, session_name, run_dir))
 
 
+@app.command("plot")
+def plot(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (has metrics.jsonl).")],
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="PNG path [default: RUN_DIR/curves.png].")] = None,
+) -> None:
+    """Write PNG curves (reward, loss, mismatch KL) of a run."""
+    if not (run_dir / "metrics.jsonl").is_file():
+        fail(f"{run_dir}: no metrics.jsonl here; pass a run directory such as outputs/quickstart")
+    from vfrl.launcher.plot import plot_run
+
+    typer.echo(f"wrote {plot_run(run_dir, out)}")
+
+
 def wait_for_trainer(srv, session_name: str, run_dir: Path) -> int:
     """Stream the trainer log until it exits; then make sure inference is down and close the session."""
     log = run_dir / "logs" / "trainer.log"

@@ -1,0 +1,50 @@
+"""Benchmark the quick start: wall time of `vf-rl @ configs/rl/quickstart.toml` and its reward gain.
+
+    .venv/bin/python benchmarks/quickstart.py
+
+Writes the numbers and the reward curve to docs/ (docs/benchmarks.md, docs/quickstart_curves.png).
+"""
+
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def main() -> None:
+    t0 = time.time()
+    proc = subprocess.run([str(BIN / "vf-rl"), "@", "configs/rl/quickstart.toml", "--no-attach"], cwd=ROOT,
+                          capture_output=True, text=True)
+    wall = time.time() - t0
+    if proc.returncode:
+        sys.exit(f"quick start failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    run_dir = Path(re.search(r"run directory (\S+)", proc.stdout).group(1))
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rewards = [r["reward_mean"] for r in rows]
+    first5, last5 = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
+    step_s = sum(r["train_end"] - r["train_start"] + r["sync_s"] + r["wait_s"] for r in rows) / len(rows)
+    subprocess.run([str(BIN / "vf-rl"), "plot", str(run_dir), "-o", str(ROOT / "docs" / "quickstart_curves.png")],
+                   check=True, capture_output=True)
+    machine = f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, no GPU"
+    report = (
+        f"## Quick start (`configs/rl/quickstart.toml`)\n\n"
+        f"Command: `.venv/bin/python benchmarks/quickstart.py` (runs `vf-rl @ configs/rl/quickstart.toml --no-attach`)\n\n"
+        f"Machine: {machine}. Measured {time.strftime('%Y-%m-%d')}.\n\n"
+        f"| steps | wall time (launch to exit) | mean step time | reward, first 5 steps | reward, last 5 steps | gain |\n"
+        f"|---|---|---|---|---|---|\n"
+        f"| {len(rows)} | {wall:.0f} s | {step_s:.2f} s | {first5:.3f} | {last5:.3f} | {last5 - first5:+.3f} |\n\n"
+        f"![quick start curves](quickstart_curves.png)\n"
+    )
+    (ROOT / "docs" / "benchmarks.md").write_text("# Benchmarks\n\n" + report)
+    print(report)
+
+
+if __name__ == "__main__":
+    main()
