@@ -54,7 +54,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="models/tiny-reverse")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--sft-steps", type=int, default=250)
+    ap.add_argument("--sft-steps", type=int, default=300)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lr", type=float, default=1e-3)
     args = ap.parse_args()
