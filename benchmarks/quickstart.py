@@ -5,7 +5,6 @@
 Writes the numbers and the reward curve to docs/ (docs/benchmarks.md, docs/quickstart_curves.png).
 """
 
-import json
 import os
 import platform
 import re
@@ -13,6 +12,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from vfrl.launcher.plot import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -26,7 +27,7 @@ def main() -> None:
     if proc.returncode:
         sys.exit(f"quick start failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     run_dir = Path(re.search(r"run directory (\S+)", proc.stdout).group(1))
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_metrics(run_dir)
     rewards = [r["reward_mean"] for r in rows]
     first5, last5 = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     step_s = sum(r["train_end"] - r["train_start"] + r["sync_s"] + r["wait_s"] for r in rows) / len(rows)

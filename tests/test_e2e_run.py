@@ -2,12 +2,12 @@
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import BIN, write_config
+from vfrl.launcher.plot import read_metrics as metrics
 
 pytestmark = pytest.mark.e2e
 
@@ -24,10 +24,6 @@ def finished_run(tmp_path_factory, tiny_model):
         yield proc, run_dir, socket_name
     finally:
         subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True)
-
-
-def metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_run_finishes_with_trainer_exit_code_zero(finished_run):

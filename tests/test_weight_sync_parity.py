@@ -7,7 +7,8 @@ import subprocess
 import pytest
 import torch
 
-from conftest import BIN, free_port, wait_http, write_config
+from conftest import BIN, free_port, write_config
+from vfrl.trainer.trainer import wait_for_server
 
 pytestmark = pytest.mark.e2e
 
@@ -23,7 +24,7 @@ def vllm_server(tmp_path_factory, tiny_model):
     log = open(tmp / "server.log", "w")
     proc = subprocess.Popen([str(BIN / "vf-vllm"), "@", str(cfg)], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_http(f"http://127.0.0.1:{port}/health")
+        wait_for_server(f"http://127.0.0.1:{port}/v1", timeout=300)
         yield f"http://127.0.0.1:{port}/v1", tmp
     finally:
         proc.terminate()

@@ -31,6 +31,7 @@ def describe(path: Path, err: ValidationError) -> str:
     for e in err.errors():
         loc = tuple(e["loc"])
         key = ".".join(str(p) for p in loc)
+        msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             known = _fields_at(loc)
             close = difflib.get_close_matches(str(loc[-1]), known, n=1)
@@ -39,11 +40,10 @@ def describe(path: Path, err: ValidationError) -> str:
         elif e["type"] == "missing":
             lines.append(f"{path}: missing required key '{key}'")
         elif e["type"] == "value_error":  # a cross-field rule of a whole table
-            lines.append(f"{path}: [{key}] {e['msg'].removeprefix('Value error, ')}" if key
-                         else f"{path}: {e['msg'].removeprefix('Value error, ')}")
+            lines.append(f"{path}: [{key}] {msg}" if key else f"{path}: {msg}")
         else:
             where = f"'{key}'" if key else "config"
-            lines.append(f"{path}: {where} = {e.get('input')!r} is invalid: {e['msg'].removeprefix('Value error, ')}")
+            lines.append(f"{path}: {where} = {e.get('input')!r} is invalid: {msg}")
     return "\n".join(lines)
 
 

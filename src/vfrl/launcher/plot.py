@@ -24,8 +24,9 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
         ax.plot(steps, [r[key] for r in rows], lw=1)
         if key == "reward_mean" and len(rows) >= 10:
             k = 10
-            avg = [sum(r[key] for r in rows[max(0, i - k + 1) : i + 1]) / len(rows[max(0, i - k + 1) : i + 1])
-                   for i in range(len(rows))]
+            values = [r[key] for r in rows]
+            windows = [values[max(0, i - k + 1) : i + 1] for i in range(len(values))]
+            avg = [sum(w) / len(w) for w in windows]
             ax.plot(steps, avg, lw=2, label=f"{k}-step mean")
             ax.legend()
         ax.set_title(title)

@@ -27,7 +27,7 @@ from vfrl.trainer.orchestrator import Batch, Orchestrator
 from vfrl.trainer.weight_sync import AdapterSync
 
 
-def wait_for_server(base_url: str, timeout: float, api_key: str, inference_pid_file: Path | None = None) -> float:
+def wait_for_server(base_url: str, timeout: float, inference_pid_file: Path | None = None) -> float:
     """Block until vLLM answers /health; returns seconds waited. Fails fast if the server process died."""
     t0 = time.time()
     root = base_url.rstrip("/").removesuffix("/v1")
@@ -145,7 +145,7 @@ class RLTrainer:
         from openai import AsyncOpenAI
 
         a = self.args
-        waited = await asyncio.to_thread(wait_for_server, self.base_url, 900, self.api_key,
+        waited = await asyncio.to_thread(wait_for_server, self.base_url, 900,
                                          self.run_dir / "inference.pid")
         print(f"vLLM is up (waited {waited:.1f}s)", flush=True)
         client = AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, timeout=a.generation_timeout, max_retries=2)
