@@ -1,6 +1,6 @@
 """Benchmark the quick start: wall time of `vf-rl @ configs/rl/quickstart.toml` and its reward gain.
 
-    .venv/bin/python benchmarks/quickstart.py
+    .venv/bin/python benchmarks/quickstart.py [RUNS]     (default 2: sampling in vLLM is not seeded per run)
 
 Writes the numbers and the reward curve to docs/ (docs/benchmarks.md, docs/quickstart_curves.png).
 """
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 
-def main() -> None:
+def run_once() -> tuple[str, Path]:
     t0 = time.time()
     proc = subprocess.run([str(BIN / "vf-rl"), "@", "configs/rl/quickstart.toml", "--no-attach"], cwd=ROOT,
                           capture_output=True, text=True)
@@ -31,17 +31,26 @@ def main() -> None:
     rewards = [r["reward_mean"] for r in rows]
     first5, last5 = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     step_s = sum(r["train_end"] - r["train_start"] + r["sync_s"] + r["wait_s"] for r in rows) / len(rows)
+    row = f"| {len(rows)} | {wall:.0f} s | {step_s:.2f} s | {first5:.3f} | {last5:.3f} | {last5 - first5:+.3f} |\n"
+    return row, run_dir
+
+
+def main() -> None:
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+    results = [run_once() for _ in range(runs)]
+    run_dir = results[-1][1]
     subprocess.run([str(BIN / "vf-rl"), "plot", str(run_dir), "-o", str(ROOT / "docs" / "quickstart_curves.png")],
                    check=True, capture_output=True)
     machine = f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, no GPU"
     report = (
         f"## Quick start (`configs/rl/quickstart.toml`)\n\n"
-        f"Command: `.venv/bin/python benchmarks/quickstart.py` (runs `vf-rl @ configs/rl/quickstart.toml --no-attach`)\n\n"
+        f"Command: `.venv/bin/python benchmarks/quickstart.py {runs}` (runs `vf-rl @ configs/rl/quickstart.toml --no-attach` "
+        f"{runs} times, one row each)\n\n"
         f"Machine: {machine}. Measured {time.strftime('%Y-%m-%d')}.\n\n"
         f"| steps | wall time (launch to exit) | mean step time | reward, first 5 steps | reward, last 5 steps | gain |\n"
         f"|---|---|---|---|---|---|\n"
-        f"| {len(rows)} | {wall:.0f} s | {step_s:.2f} s | {first5:.3f} | {last5:.3f} | {last5 - first5:+.3f} |\n\n"
-        f"![quick start curves](quickstart_curves.png)\n"
+        + "".join(row for row, _ in results)
+        + "\nCurves of the last run:\n\n![quick start curves](quickstart_curves.png)\n"
     )
     (ROOT / "docs" / "benchmarks.md").write_text("# Benchmarks\n\n" + report)
     print(report)

@@ -60,9 +60,9 @@ def _root() -> None:
 @app.command("run")
 def run(
     config_path: Annotated[Path, typer.Argument(metavar="CONFIG", help="The run's TOML file.")],
-    session: Annotated[Optional[str], typer.Option("--session", "-s", help="tmux session name [default: run_name].")] = None,
+    session: Annotated[Optional[str], typer.Option("--session", "-s", help="tmux session name \\[default: run_name].")] = None,
     tmux_socket: Annotated[Optional[str], typer.Option(envvar="VFRL_TMUX_SOCKET", help="tmux socket name (-L).")] = None,
-    attach: Annotated[Optional[bool], typer.Option("--attach/--no-attach", help="Attach to the session [default: when stdout is a terminal]; without it vf-rl waits for the trainer, streams its log and exits with its code.")] = None,
+    attach: Annotated[Optional[bool], typer.Option("--attach/--no-attach", help="Attach to the session \\[default: when stdout is a terminal]; without it vf-rl waits for the trainer, streams its log and exits with its code.")] = None,
 ) -> None:
     """Start a run: `vf-rl @ CONFIG` (same as `vf-rl run CONFIG`)."""
     try:
@@ -108,7 +108,7 @@ def run(
 @app.command("plot")
 def plot(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (has metrics.jsonl).")],
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="PNG path [default: RUN_DIR/curves.png].")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="PNG path \\[default: RUN_DIR/curves.png].")] = None,
 ) -> None:
     """Write PNG curves (reward, loss, mismatch KL) of a run."""
     if not (run_dir / "metrics.jsonl").is_file():
