@@ -2,14 +2,21 @@
 
 A rollout keeps the token ids and sampling logprobs vLLM returned (`return_token_ids`, `logprobs`),
 so training sequences are built from exactly the tokens the policy sampled, never re-tokenized text.
+Rollouts of a multi-turn conversation hold one sequence: the first prompt, then every model reply
+and the environment's messages in between, with `completion_mask` 0 on environment tokens.
+
+Dataset rows (list of dicts or a HF `datasets.Dataset`): `question` (or a chat `prompt`), optional
+`answer`, `info`, `task`, `example_id`. `system_prompt` and `few_shot` build the chat prompt from
+`question`.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterable
 
+from vfrl.environments.parsers import Parser
 from vfrl.environments.rubric import Rubric
 
 Messages = list[dict[str, Any]]
@@ -19,11 +26,11 @@ Messages = list[dict[str, Any]]
 class Rollout:
     example_id: int
     prompt: Messages
-    completion: Messages
+    completion: Messages  # every message after the prompt: model replies, tool/env messages
     answer: str
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    completion_logprobs: list[float]  # sampling logprobs, one per completion token
+    prompt_ids: list[int]  # the first turn's prompt tokens
+    completion_ids: list[int]  # everything after them: model tokens of every turn, env tokens between
+    completion_logprobs: list[float]  # sampling logprobs, one per completion token (0.0 on env tokens)
     completion_mask: list[int]  # 1 = policy token (gets loss), 0 = environment token
     policy: str  # the served model / adapter name that sampled it
     truncated: bool = False
@@ -31,6 +38,25 @@ class Rollout:
     metrics: dict[str, float] = field(default_factory=dict)
     task: str = "default"
     info: dict[str, Any] = field(default_factory=dict)
+    # [start, end) of each model turn inside completion_ids
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    # how turns after the first were sent: "chat" (vLLM's prompt ids extended the sequence) or
+    # "tokens" (the template rewrote history, so the sequence went on as raw token ids)
+    sequence_mode: str = "chat"
+    error: str | None = None  # why the rollout ended early, if a request failed
+
+
+def as_rows(data: Any, what: str) -> list[dict[str, Any]]:
+    """A list of dicts from a list, any iterable of mappings, or a HF `datasets.Dataset`."""
+    if data is None:
+        return []
+    if hasattr(data, "to_list"):  # datasets.Dataset, without importing datasets
+        data = data.to_list()
+    rows = [dict(r) for r in data]
+    for i, row in enumerate(rows):
+        if "prompt" not in row and "question" not in row:
+            raise ValueError(f"{what} row {i} has neither 'question' nor 'prompt' (keys: {sorted(row)})")
+    return rows
 
 
 class Environment:
@@ -38,84 +64,90 @@ class Environment:
 
     def __init__(
         self,
-        dataset: Sequence[dict[str, Any]],
-        eval_dataset: Sequence[dict[str, Any]] | None = None,
+        dataset: Iterable[dict[str, Any]] | None = None,
+        eval_dataset: Iterable[dict[str, Any]] | None = None,
         system_prompt: str | None = None,
+        few_shot: Messages | None = None,
+        parser: Parser | None = None,
         rubric: Rubric | None = None,
-        parser=None,
+        env_id: str | None = None,
     ):
-        self.dataset = list(dataset)
-        self.eval_dataset = list(eval_dataset) if eval_dataset is not None else None
         self.system_prompt = system_prompt
-        self.parser = parser
-        self.rubric = rubric or Rubric(parser=parser)
+        self.few_shot = list(few_shot or [])
+        self.parser = parser or Parser()
+        self.rubric = rubric or Rubric(parser=self.parser)
+        self.env_id = env_id or type(self).__name__
+        self.dataset = self.format_dataset(as_rows(dataset, "dataset"))
+        self.eval_dataset = self.format_dataset(as_rows(eval_dataset, "eval_dataset")) if eval_dataset is not None else None
+        if not self.dataset and not self.eval_dataset:
+            raise ValueError(f"{self.env_id}: give a dataset or an eval_dataset (both are empty)")
+
+    def format_dataset(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Fill the conventions in once: `prompt` from `question`, `answer`/`info`/`task`/`example_id` defaults."""
+        out = []
+        for i, row in enumerate(rows):
+            row = dict(row)
+            row["prompt"] = self.prompt_of(row)
+            row.setdefault("answer", "")
+            row["info"] = dict(row.get("info") or {})
+            row.setdefault("task", "default")
+            row.setdefault("example_id", i)
+            out.append(row)
+        return out
 
     def prompt_of(self, row: dict[str, Any]) -> Messages:
         if "prompt" in row:
-            return list(row["prompt"])
+            return [dict(m) for m in row["prompt"]]
         messages: Messages = []
         if self.system_prompt:
             messages.append({"role": "system", "content": self.system_prompt})
+        messages += [dict(m) for m in self.few_shot]
         messages.append({"role": "user", "content": row["question"]})
         return messages
 
     async def rollout(self, client, model: str, row: dict[str, Any], example_id: int, sampling: dict[str, Any]) -> Rollout:
+        return (await self.rollout_with_state(client, model, row, example_id, sampling))[0]
+
+    async def rollout_with_state(self, client, model: str, row: dict[str, Any], example_id: int,
+                                 sampling: dict[str, Any]) -> tuple[Rollout, dict[str, Any]]:
+        """One unscored rollout and the state its rubric reads (kept out of Rollout, which is saved as JSON)."""
         raise NotImplementedError
 
-    async def score(self, rollout: Rollout) -> Rollout:
+    async def score(self, rollout: Rollout, state: dict[str, Any] | None = None) -> Rollout:
+        state = state if state is not None else {"truncated": rollout.truncated}
         rollout.reward, rollout.metrics = await self.rubric.score(
             prompt=rollout.prompt, completion=rollout.completion, answer=rollout.answer,
-            state={"truncated": rollout.truncated}, task=rollout.task, info=rollout.info,
+            state=state, task=rollout.task, info=rollout.info,
         )
         return rollout
 
+    def rows(self, eval: bool = False) -> list[dict[str, Any]]:
+        if eval and self.eval_dataset is not None:
+            return self.eval_dataset
+        return self.dataset or self.eval_dataset or []
+
     async def run_group(self, client, model: str, example_id: int, n: int, sampling: dict[str, Any],
                         semaphore: asyncio.Semaphore, eval: bool = False) -> list[Rollout]:
-        data = self.eval_dataset if eval and self.eval_dataset is not None else self.dataset
+        """`n` scored rollouts of one example; the semaphore bounds concurrent rollouts."""
+        data = self.rows(eval)
         row = data[example_id % len(data)]
 
-        async def one() -> Rollout:
+        async def one(j: int) -> Rollout:
+            # a `seed` names the group; sample j draws with seed + j, so samples differ yet replay exactly
+            s = {**sampling, "seed": sampling["seed"] + j} if sampling.get("seed") is not None else sampling
             async with semaphore:
-                r = await self.rollout(client, model, row, example_id, sampling)
-            return await self.score(r)
+                r, state = await self.rollout_with_state(client, model, row, example_id, s)
+            return await self.score(r, state)
 
-        return list(await asyncio.gather(*(one() for _ in range(n))))
+        return list(await asyncio.gather(*(one(j) for j in range(n))))
 
-
-def sampling_request(sampling: dict[str, Any]) -> dict[str, Any]:
-    """Split our sampling dict into OpenAI keyword args and vLLM's extra_body."""
-    openai_keys = {"temperature", "top_p", "max_tokens", "presence_penalty", "frequency_penalty", "seed"}
-    kwargs = {k: v for k, v in sampling.items() if k in openai_keys}
-    extra = {k: v for k, v in sampling.items() if k not in openai_keys}
-    extra["return_token_ids"] = True
-    return {**kwargs, "logprobs": True, "extra_body": extra}
-
-
-class SingleTurnEnv(Environment):
-    """One prompt, one model reply."""
-
-    async def rollout(self, client, model, row, example_id, sampling) -> Rollout:
-        prompt = self.prompt_of(row)
-        resp = await client.chat.completions.create(model=model, messages=prompt, **sampling_request(sampling))
-        choice = resp.choices[0]
-        completion_ids = list(choice.token_ids)
-        logprobs = [t.logprob for t in choice.logprobs.content]
-        if len(logprobs) != len(completion_ids):
-            raise RuntimeError(
-                f"server returned {len(completion_ids)} token ids but {len(logprobs)} logprobs; "
-                "is it vLLM with return_token_ids support?"
-            )
-        return Rollout(
-            example_id=example_id,
-            prompt=prompt,
-            completion=[{"role": "assistant", "content": choice.message.content or ""}],
-            answer=str(row.get("answer", "")),
-            prompt_ids=list(resp.prompt_token_ids),
-            completion_ids=completion_ids,
-            completion_logprobs=logprobs,
-            completion_mask=[1] * len(completion_ids),
-            policy=model,
-            truncated=choice.finish_reason == "length",
-            task=row.get("task", "default"),
-            info=dict(row.get("info", {})),
-        )
+    async def evaluate(self, client, model: str, num_examples: int = -1, rollouts_per_example: int = 1,
+                       sampling: dict[str, Any] | None = None, max_concurrent: int = 32) -> list[Rollout]:
+        """Scored rollouts of the first `num_examples` eval rows (all when -1), grouped by example."""
+        count = len(self.rows(eval=True)) if num_examples < 0 else min(num_examples, len(self.rows(eval=True)))
+        semaphore = asyncio.Semaphore(max_concurrent)
+        groups = await asyncio.gather(*(
+            self.run_group(client, model, i, rollouts_per_example, dict(sampling or {}), semaphore, eval=True)
+            for i in range(count)
+        ))
+        return [r for g in groups for r in g]

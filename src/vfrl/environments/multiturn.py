@@ -1,0 +1,102 @@
+"""MultiTurnEnv: the model and the environment take turns until `is_completed` or `max_turns`.
+
+Override `env_response(messages, state)` (the environment's next messages), `is_completed(messages,
+state)` and optionally `setup_state(state)`; each may be sync or async. `state` is a dict that lives
+for one rollout and reaches the rubric: it starts with prompt, answer, task, info, example_id,
+turn (model replies so far), completion and truncated.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any
+
+import openai
+
+from vfrl.environments.environment import Environment, Messages, Rollout
+from vfrl.environments.sampling import TurnSampler
+
+log = logging.getLogger(__name__)
+
+
+async def maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+class MultiTurnEnv(Environment):
+    def __init__(self, max_turns: int = 10, **kwargs):
+        super().__init__(**kwargs)
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+        self.max_turns = max_turns
+        self.sampler_flags: dict[str, Any] = {}  # shared by this env's rollouts, see TurnSampler
+
+    # ---- what a subclass overrides ----
+    def setup_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        return state
+
+    def is_completed(self, messages: Messages, state: dict[str, Any]) -> bool:
+        return False
+
+    def env_response(self, messages: Messages, state: dict[str, Any]) -> Messages:
+        raise NotImplementedError(f"{type(self).__name__} must implement env_response(messages, state)")
+
+    def tools_for_request(self) -> list[dict[str, Any]] | None:
+        """OpenAI tool schemas sent with every request (ToolEnv)."""
+        return None
+
+    # ---- the loop ----
+    async def rollout_with_state(self, client, model: str, row: dict[str, Any], example_id: int,
+                                 sampling: dict[str, Any]) -> tuple[Rollout, dict[str, Any]]:
+        prompt = self.prompt_of(row)
+        state: dict[str, Any] = {
+            "prompt": prompt, "answer": str(row.get("answer", "")), "task": row.get("task", "default"),
+            "info": dict(row.get("info") or {}), "example_id": example_id, "turn": 0, "completion": [],
+            "truncated": False,
+        }
+        state = await maybe_await(self.setup_state(state)) or state
+        messages = [dict(m) for m in prompt]
+        completion: Messages = state["completion"]
+        sampler = TurnSampler(client, model, sampling, self.sampler_flags, tools=self.tools_for_request())
+        new: Messages = []
+        error = None
+        while not await maybe_await(self.is_completed(messages, state)):
+            try:
+                turn = await sampler.sample(messages, new)
+            except openai.BadRequestError as e:
+                if not sampler.seq.prompt_ids:
+                    raise  # the first request failed: the prompt or the sampling arguments are wrong
+                # a later turn no longer fits the context window: end the rollout with what we have
+                log.warning("rollout of example %s ended at turn %d: %s", example_id, state["turn"], e)
+                error, state["truncated"] = str(e), True
+                break
+            messages.append(turn.message)
+            completion.append(turn.message)
+            state["turn"] += 1
+            if turn.truncated:
+                state["truncated"] = True
+                break
+            if state["turn"] >= self.max_turns or await maybe_await(self.is_completed(messages, state)):
+                break
+            new = await maybe_await(self.env_response(messages, state))
+            if isinstance(new, tuple):  # verifiers' older (messages, state) return form
+                new, state = new
+            new = [dict(m) for m in new]
+            messages += new
+            completion += new
+        seq = sampler.seq
+        return Rollout(
+            example_id=example_id, prompt=prompt, completion=completion, answer=state["answer"],
+            prompt_ids=seq.prompt_ids, completion_ids=seq.completion_ids, completion_logprobs=seq.completion_logprobs,
+            completion_mask=seq.completion_mask, policy=model, truncated=state["truncated"], task=state["task"],
+            info=state["info"], turn_spans=seq.turn_spans, sequence_mode=sampler.mode, error=error,
+        ), state
+
+
+class SingleTurnEnv(MultiTurnEnv):
+    """One prompt, one model reply."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("max_turns", 1)
+        super().__init__(**kwargs)

@@ -1,0 +1,203 @@
+"""One model turn against vLLM, and the token sequence a multi-turn rollout trains on.
+
+The training sequence is built only from token ids vLLM returned, never by re-tokenizing text:
+
+- Turn 0 is a chat request; its `prompt_token_ids` become `prompt_ids`, the sampled ids (with their
+  logprobs) open `completion_ids`.
+- Turn k > 0 is again a chat request with the whole conversation. vLLM renders it with the chat
+  template and returns the prompt ids it used. When they start with the sequence so far, the rest
+  of them are the environment's tokens (mask 0) and the sample is kept: the model saw exactly our
+  sequence. This holds for templates that render history verbatim (ChatML, Llama 3, ...).
+- When they do not (the template rewrote an earlier turn, e.g. dropped a past `<think>` block, or
+  a reply re-tokenizes differently), the chat sample is thrown away and the turn is sampled again
+  through `/v1/completions` with `prompt` = our sequence + the new messages' tokens, as a list of
+  ids. Those delta tokens come from vLLM's `/tokenize` with the chat template: the new messages are
+  rendered after a fixed two-message anchor and cut after the anchor reply's end-of-turn token, so
+  earlier turns are never re-rendered. The environment remembers the mismatch and sends later
+  turns this way from the start (`sequence_mode = "tokens"`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+Messages = list[dict[str, Any]]
+OPENAI_SAMPLING_KEYS = {"temperature", "top_p", "max_tokens", "presence_penalty", "frequency_penalty", "seed", "stop", "n"}
+_ANCHOR: Messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+
+
+def sampling_request(sampling: dict[str, Any]) -> dict[str, Any]:
+    """Split our sampling dict into OpenAI keyword args and vLLM's extra_body."""
+    kwargs = {k: v for k, v in sampling.items() if k in OPENAI_SAMPLING_KEYS}
+    extra = {k: v for k, v in sampling.items() if k not in OPENAI_SAMPLING_KEYS}
+    extra["return_token_ids"] = True
+    return {**kwargs, "logprobs": True, "extra_body": extra}
+
+
+@dataclass
+class TokenSequence:
+    """prompt_ids + completion_ids, grown turn by turn, with the loss mask and sampling logprobs."""
+
+    prompt_ids: list[int] = field(default_factory=list)
+    completion_ids: list[int] = field(default_factory=list)
+    completion_logprobs: list[float] = field(default_factory=list)
+    completion_mask: list[int] = field(default_factory=list)
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def ids(self) -> list[int]:
+        return self.prompt_ids + self.completion_ids
+
+    def add_env(self, ids: list[int]) -> None:
+        self.completion_ids += ids
+        self.completion_logprobs += [0.0] * len(ids)
+        self.completion_mask += [0] * len(ids)
+
+    def add_model(self, ids: list[int], logprobs: list[float]) -> None:
+        if len(ids) != len(logprobs):
+            raise RuntimeError(
+                f"server returned {len(ids)} token ids but {len(logprobs)} logprobs; "
+                "is it vLLM with return_token_ids support?"
+            )
+        start = len(self.completion_ids)
+        self.completion_ids += ids
+        self.completion_logprobs += logprobs
+        self.completion_mask += [1] * len(ids)
+        self.turn_spans.append((start, len(self.completion_ids)))
+
+
+@dataclass
+class ModelTurn:
+    message: dict[str, Any]  # the assistant message to append to the conversation
+    truncated: bool  # stopped by max_tokens
+
+
+class TurnSampler:
+    """Samples the turns of one rollout and records them in `self.seq`.
+
+    `flags` is shared by every rollout of an environment: once one rollout sees the template rewrite
+    history, later turns of all rollouts go straight to the token path, and once the server refuses
+    automatic tool choice, tool calls are read from the reply text.
+    """
+
+    def __init__(self, client, model: str, sampling: dict[str, Any], flags: dict[str, Any],
+                 tools: list[dict[str, Any]] | None = None):
+        self.client = client
+        self.model = model
+        self.sampling = sampling
+        self.flags = flags
+        self.tools = tools or None
+        self.seq = TokenSequence()
+        self.mode = "chat"
+
+    async def sample(self, messages: Messages, new_messages: Messages) -> ModelTurn:
+        """Sample the next reply to `messages`; `new_messages` are the ones added since the last reply."""
+        if not self.seq.prompt_ids:
+            resp = await self._chat(messages)
+            self.seq.prompt_ids = list(resp.prompt_token_ids)
+            return self._keep_chat(resp)
+        if not new_messages:
+            raise ValueError("env_response returned no messages; a turn needs a user or tool message to answer")
+        if self.mode == "chat" and not self.flags.get("template_rewrites_history"):
+            resp = await self._chat(messages)
+            prompt = list(resp.prompt_token_ids)
+            seq = self.seq.ids
+            if prompt[: len(seq)] == seq:
+                self.seq.add_env(prompt[len(seq):])
+                return self._keep_chat(resp)
+            log.warning("chat template re-rendered earlier turns differently from the sampled tokens; "
+                        "sending later turns as token ids")
+            self.flags["template_rewrites_history"] = True
+        self.mode = "tokens"
+        return await self._token_turn(new_messages)
+
+    # ---- chat path ----
+    async def _chat(self, messages: Messages):
+        kwargs = sampling_request(self.sampling)
+        if self.tools:
+            kwargs["tools"] = self.tools
+            if self.flags.get("tool_choice") == "none":
+                kwargs["tool_choice"] = "none"
+        try:
+            return await self.client.chat.completions.create(model=self.model, messages=messages, **kwargs)
+        except Exception as e:
+            if not (self.tools and "tool-call-parser" in str(e) and self.flags.get("tool_choice") != "none"):
+                raise
+            # vLLM started without --enable-auto-tool-choice: tools still reach the template, and
+            # the calls are read from the reply text (parse_tool_calls)
+            log.warning("server has no tool-call parser; reading tool calls from the reply text")
+            self.flags["tool_choice"] = "none"
+            return await self._chat(messages)
+
+    def _keep_chat(self, resp) -> ModelTurn:
+        choice = resp.choices[0]
+        self.seq.add_model(list(choice.token_ids), [t.logprob for t in choice.logprobs.content])
+        message: dict[str, Any] = {"role": "assistant", "content": choice.message.content or ""}
+        if tool_calls := getattr(choice.message, "tool_calls", None):
+            message["tool_calls"] = [tc.model_dump() if hasattr(tc, "model_dump") else dict(tc) for tc in tool_calls]
+        return ModelTurn(message, truncated=choice.finish_reason == "length")
+
+    # ---- token path ----
+    async def _token_turn(self, new_messages: Messages) -> ModelTurn:
+        delta = await self._delta_ids(new_messages, last_token=self.seq.ids[-1])
+        prompt = self.seq.ids + delta
+        request = sampling_request(self.sampling)
+        request["logprobs"] = 0  # completions: the sampled token's logprob only
+        resp = await self.client.completions.create(model=self.model, prompt=prompt, **request)
+        choice = resp.choices[0]
+        self.seq.add_env(delta)
+        self.seq.add_model(list(choice.token_ids), list(choice.logprobs.token_logprobs))
+        return ModelTurn({"role": "assistant", "content": choice.text or ""}, truncated=choice.finish_reason == "length")
+
+    async def _tokenize(self, messages: Messages, add_generation_prompt: bool) -> list[int]:
+        root = str(self.client.base_url).rstrip("/").removesuffix("/v1")
+        body: dict[str, Any] = {"model": self.model, "messages": messages, "add_generation_prompt": add_generation_prompt}
+        if self.tools:
+            body["tools"] = self.tools
+        resp = await self.client.post(f"{root}/tokenize", body=body, cast_to=httpx.Response)
+        return list(resp.json()["tokens"])
+
+    async def _delta_ids(self, new_messages: Messages, last_token: int) -> list[int]:
+        """Tokens of `new_messages` + the generation prompt, as they follow a finished model reply."""
+        before = await self._tokenize(_ANCHOR, add_generation_prompt=False)
+        after = await self._tokenize(_ANCHOR + new_messages, add_generation_prompt=True)
+        # cut right after the anchor reply's end-of-turn token (the token the model's reply ended
+        # with), so the template's text after it ("\n" in ChatML) belongs to the delta
+        cut = len(before) - before[::-1].index(last_token) if last_token in before else len(before)
+        if after[:cut] != before[:cut]:
+            raise RuntimeError("the chat template renders a conversation differently when messages are added "
+                               "after it; cannot find the new messages' tokens")
+        return after[cut:]
+
+
+_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+
+
+def parse_tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """The OpenAI-style tool calls of an assistant message: the server's, else Hermes/Qwen
+    `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks in its text.
+
+    A block that is not valid JSON becomes a call named `invalid` whose arguments hold the text, so
+    the tool env can report the mistake to the model.
+    """
+    if message.get("tool_calls"):
+        return list(message["tool_calls"])
+    calls = []
+    for block in _TOOL_CALL.findall(message.get("content") or ""):
+        try:
+            data = json.loads(block)
+            name, args = data["name"], data.get("arguments", {})
+        except (ValueError, KeyError, TypeError):
+            name, args = "invalid", block
+        calls.append({"id": f"call_{uuid.uuid4().hex[:8]}", "type": "function",
+                      "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}})
+    return calls

@@ -1,0 +1,134 @@
+"""A fake of the vLLM OpenAI-compatible server for environment unit tests.
+
+It renders chat messages with a Jinja chat template and a character-level tokenizer, answers with
+scripted replies, and returns what vLLM returns with `return_token_ids` / `logprobs`: the prompt
+ids, the sampled ids (ending with <|im_end|> unless cut by max_tokens) and one logprob per sampled
+token. It also serves `/tokenize` and `/v1/completions` with a token-id prompt, like vLLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from types import SimpleNamespace
+from typing import Callable
+
+import httpx
+import jinja2
+import openai
+
+IM_START, IM_END = 1, 2
+SPECIALS = {"<|im_start|>": IM_START, "<|im_end|>": IM_END}
+
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+# Like Qwen3: past assistant turns are rendered without their <think> block.
+STRIPS_PAST_THINK = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['role'] == 'assistant' %}{{ m['content'].split('</think>')[-1].lstrip() }}"
+    "{% else %}{{ m['content'] }}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def encode(text: str) -> list[int]:
+    ids = []
+    for piece in re.split(r"(<\|im_start\|>|<\|im_end\|>)", text):
+        ids += [SPECIALS[piece]] if piece in SPECIALS else [100 + ord(c) for c in piece]
+    return ids
+
+
+def decode(ids: list[int]) -> str:
+    names = {v: k for k, v in SPECIALS.items()}
+    return "".join(names.get(i) or chr(i - 100) for i in ids)
+
+
+def logprob_at(position: int) -> float:
+    """A distinct, checkable logprob for the token sampled at absolute sequence position."""
+    return -1.0 - position / 1000
+
+
+class FakeOpenAI:
+    """`policy(prompt_text) -> reply` or a list of replies returned in order."""
+
+    def __init__(self, policy: Callable[[str], str] | list[str], template: str = CHATML,
+                 tool_parser: bool = False, max_model_len: int = 100_000, delay: float = 0.0):
+        if isinstance(policy, list):
+            replies = list(policy)
+            policy = lambda prompt: replies.pop(0)  # noqa: E731
+        self.policy = policy
+        self.template = jinja2.Environment().from_string(template)
+        self.tool_parser = tool_parser  # as vLLM with --enable-auto-tool-choice --tool-call-parser hermes
+        self.max_model_len = max_model_len
+        self.delay = delay
+        self.base_url = httpx.URL("http://fake-vllm:8000/v1/")
+        self.calls: list[tuple[str, dict]] = []
+        self.in_flight = self.max_in_flight = 0
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self._chat))
+        self.completions = SimpleNamespace(create=self._completions)
+
+    def render(self, messages, add_generation_prompt: bool) -> str:
+        return self.template.render(messages=messages, add_generation_prompt=add_generation_prompt)
+
+    def _bad_request(self, message: str) -> openai.BadRequestError:
+        response = httpx.Response(400, request=httpx.Request("POST", str(self.base_url)))
+        return openai.BadRequestError(message, response=response, body=None)
+
+    async def _sample(self, prompt_ids: list[int], max_tokens: int | None):
+        if len(prompt_ids) > self.max_model_len:
+            raise self._bad_request(f"This model's maximum context length is {self.max_model_len} tokens")
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(self.delay)
+            text = self.policy(decode(prompt_ids))
+        finally:
+            self.in_flight -= 1
+        ids = encode(text) + [IM_END]
+        finish = "stop"
+        if max_tokens is not None and len(ids) > max_tokens:
+            ids, finish = ids[:max_tokens], "length"
+        logprobs = [logprob_at(len(prompt_ids) + i) for i in range(len(ids))]
+        return decode([i for i in ids if i != IM_END]), ids, logprobs, finish
+
+    async def _chat(self, model, messages, logprobs=None, extra_body=None, tools=None, tool_choice=None,
+                    max_tokens=None, **kwargs):
+        self.calls.append(("chat", {"messages": messages, "tools": tools, "tool_choice": tool_choice, **kwargs}))
+        assert logprobs is True and extra_body["return_token_ids"] is True
+        if tools and tool_choice is None and not self.tool_parser:
+            raise self._bad_request('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
+        prompt_ids = encode(self.render(messages, add_generation_prompt=True))
+        text, ids, lps, finish = await self._sample(prompt_ids, max_tokens)
+        message = SimpleNamespace(content=text, tool_calls=None)
+        if tools and self.tool_parser and "<tool_call>" in text:
+            calls = [json.loads(b) for b in re.findall(r"<tool_call>(.*?)</tool_call>", text, re.S)]
+            message.content = re.sub(r"<tool_call>.*?</tool_call>", "", text, flags=re.S).strip()
+            message.tool_calls = [
+                SimpleNamespace(model_dump=lambda c=c, i=i: {
+                    "id": f"srv{i}", "type": "function",
+                    "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}})
+                for i, c in enumerate(calls)
+            ]
+        choice = SimpleNamespace(message=message, token_ids=ids, finish_reason=finish,
+                                 logprobs=SimpleNamespace(content=[SimpleNamespace(logprob=x) for x in lps]))
+        return SimpleNamespace(choices=[choice], prompt_token_ids=prompt_ids)
+
+    async def _completions(self, model, prompt, logprobs=None, extra_body=None, max_tokens=None, **kwargs):
+        self.calls.append(("completions", {"prompt": list(prompt), **kwargs}))
+        assert isinstance(prompt, list) and extra_body["return_token_ids"] is True
+        text, ids, lps, finish = await self._sample(list(prompt), max_tokens)
+        choice = SimpleNamespace(text=text, token_ids=ids, finish_reason=finish, prompt_token_ids=list(prompt),
+                                 logprobs=SimpleNamespace(token_logprobs=lps))
+        return SimpleNamespace(choices=[choice])
+
+    async def post(self, url, body, cast_to):
+        assert str(url) == "http://fake-vllm:8000/tokenize", url
+        self.calls.append(("tokenize", body))
+        tokens = encode(self.render(body["messages"], body["add_generation_prompt"]))
+        return httpx.Response(200, json={"tokens": tokens, "count": len(tokens)})
+
+    def count(self, kind: str) -> int:
+        return sum(k == kind for k, _ in self.calls)
