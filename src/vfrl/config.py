@@ -85,6 +85,13 @@ class TrainerArgs(Strict):
     save_steps: int = Field(50, ge=1)
     eval_strategy: Literal["no", "steps"] = "no"
     eval_steps: int = Field(50, ge=1)
+    # ---- checkpoint / resume, eval during training, monitoring (issue 5) ----
+    keep_last: int | None = Field(None, ge=1, description="Keep only the newest N checkpoints; unset keeps all.")
+    resume_from: str | None = Field(None, description="Checkpoint dir to resume from (`vf-rl --resume` sets it).")
+    num_eval_examples: int = Field(64, ge=1, description="Eval examples (env.eval_dataset, else held out of dataset).")
+    eval_rollouts_per_example: int = Field(1, ge=1)
+    mismatch_kl_warn: float = Field(0.1, gt=0, description="Warn when mismatch_kl exceeds this.")
+    mismatch_kl_jump: float = Field(10.0, gt=1, description="Warn when mismatch_kl > this x its running median.")
 
     @model_validator(mode="after")
     def _batch_shapes(self) -> "TrainerArgs":

@@ -63,6 +63,7 @@ def run(
     session: Annotated[Optional[str], typer.Option("--session", "-s", help="tmux session name \\[default: run_name].")] = None,
     tmux_socket: Annotated[Optional[str], typer.Option(envvar="VFRL_TMUX_SOCKET", help="tmux socket name (-L).")] = None,
     attach: Annotated[Optional[bool], typer.Option("--attach/--no-attach", help="Attach to the session \\[default: when stdout is a terminal]; without it vf-rl waits for the trainer, streams its log and exits with its code.")] = None,
+    resume: Annotated[Optional[str], typer.Option("--resume", is_flag=False, flag_value="latest", metavar="[STEP|PATH]", help="Continue from a checkpoint in the same run dir: alone, the newest one of the newest run dir of this run_name; or a step number; or a checkpoint/run dir path.")] = None,
 ) -> None:
     """Start a run: `vf-rl @ CONFIG` (same as `vf-rl run CONFIG`)."""
     try:
@@ -82,7 +83,19 @@ def run(
     elif port_in_use(host, cfg.inference.port):
         fail(f"{config_path}: inference.port = {cfg.inference.port} is already in use on {host}; "
              f"choose another port, or set inference.port = 0 to pick a free one.")
-    run_dir = new_run_dir(Path(cfg.args.output_dir) / cfg.args.run_name).resolve()
+    if resume is not None:  # reuse the checkpoint's run dir; the trainer loads it (resume_from)
+        from vfrl.launcher.resume import ResumeError, find_checkpoint, prepare_run_dir
+
+        try:
+            run_dir, checkpoint = find_checkpoint(Path(cfg.args.output_dir) / cfg.args.run_name, resume)
+        except ResumeError as e:
+            fail(f"{config_path}: {e}")
+        run_dir = run_dir.resolve()
+        cfg.args.resume_from = str(checkpoint.resolve())
+        prepare_run_dir(run_dir)
+        typer.echo(f"vf-rl: resuming from {checkpoint}")
+    else:
+        run_dir = new_run_dir(Path(cfg.args.output_dir) / cfg.args.run_name).resolve()
     plan = make_plan(cfg, run_dir, session_name, count_gpus(), os.cpu_count() or 1)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     write_config(cfg, run_dir / "config.toml")
@@ -110,12 +123,13 @@ def plot(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (has metrics.jsonl).")],
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="PNG path \\[default: RUN_DIR/curves.png].")] = None,
 ) -> None:
-    """Write PNG curves (reward, loss, mismatch KL) of a run."""
+    """Write PNG curves (reward and eval reward, loss, mismatch KL, step time) of a run."""
     if not (run_dir / "metrics.jsonl").is_file():
         fail(f"{run_dir}: no metrics.jsonl here; pass a run directory such as outputs/quickstart")
     from vfrl.launcher.plot import plot_run
 
-    typer.echo(f"wrote {plot_run(run_dir, out)}")
+    for path in plot_run(run_dir, out):
+        typer.echo(f"wrote {path}")
 
 
 def wait_for_trainer(srv, session_name: str, run_dir: Path) -> int:

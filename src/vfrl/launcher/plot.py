@@ -1,4 +1,10 @@
-"""Curves of a run from its metrics.jsonl (matplotlib, imported only when plotting)."""
+"""Curves of a run from its metrics.jsonl (matplotlib, imported only when plotting).
+
+`vf-rl plot RUN_DIR` writes RUN_DIR/curves.png (all panels) and one PNG per panel in RUN_DIR/plots/:
+reward.png (train reward, with eval reward when the run evaluated), loss.png, kl.png (mismatch KL,
+log scale, warnings marked) and step_time.png (step time and its generate / wait / train / sync parts).
+Step lines and eval lines (`eval/*` keys) share metrics.jsonl; a line cut short by a crash is skipped.
+"""
 
 from __future__ import annotations
 
@@ -7,33 +13,95 @@ from pathlib import Path
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
 
 
-def plot_run(run_dir: Path, out: Path | None = None) -> Path:
+def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
+    picked = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+    return [s for s, _ in picked], [v for _, v in picked]
+
+
+def moving_mean(values: list[float], k: int) -> list[float]:
+    return [sum(values[max(0, i - k + 1) : i + 1]) / len(values[max(0, i - k + 1) : i + 1]) for i in range(len(values))]
+
+
+def draw_reward(ax, rows):
+    steps, values = series(rows, "reward_mean")
+    ax.plot(steps, values, lw=1, label="train reward")
+    if len(values) >= 10:
+        ax.plot(steps, moving_mean(values, 10), lw=2, label="10-step mean")
+    eval_steps, eval_values = series(rows, "eval/reward_mean")
+    if eval_steps:
+        ax.plot(eval_steps, eval_values, "o-", lw=2, label="eval reward")
+    ax.set_title("reward")
+
+
+def draw_loss(ax, rows):
+    ax.plot(*series(rows, "loss"), lw=1)
+    ax.set_title("loss")
+
+
+def draw_kl(ax, rows):
+    steps, values = series(rows, "mismatch_kl")
+    ax.plot(steps, values, lw=1, label="mismatch_kl")
+    if values and min(values) > 0:
+        ax.set_yscale("log")
+    flagged = [(r["step"], r["mismatch_kl"]) for r in rows
+               if r.get("mismatch_kl_alert") and isinstance(r.get("mismatch_kl"), (int, float))]
+    if flagged:
+        ax.scatter(*zip(*flagged), color="red", zorder=3, label="warning")
+    ax.set_title("mismatch KL (trainer vs vLLM)")
+
+
+def draw_step_time(ax, rows):
+    for key, label in (("step_s", "step"), ("generate_s", "generate"), ("wait_s", "wait"),
+                       ("train_s", "train"), ("sync_s", "sync")):
+        steps, values = series(rows, key)
+        if steps:
+            ax.plot(steps, values, lw=2 if key == "step_s" else 1, label=label)
+    ax.set_title("step time (s)")
+
+
+PANELS = {"reward": draw_reward, "loss": draw_loss, "kl": draw_kl, "step_time": draw_step_time}
+
+
+def plot_run(run_dir: Path, out: Path | None = None) -> list[Path]:
+    """Write the combined figure (`out`, default RUN_DIR/curves.png) and RUN_DIR/plots/<panel>.png."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = read_metrics(run_dir)
-    steps = [r["step"] for r in rows]
-    panels = [("reward_mean", "mean reward"), ("loss", "loss"), ("mismatch_kl", "mismatch KL (trainer vs vLLM)")]
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6))
-    for ax, (key, title) in zip(axes, panels):
-        ax.plot(steps, [r[key] for r in rows], lw=1)
-        if key == "reward_mean" and len(rows) >= 10:
-            k = 10
-            values = [r[key] for r in rows]
-            windows = [values[max(0, i - k + 1) : i + 1] for i in range(len(values))]
-            avg = [sum(w) / len(w) for w in windows]
-            ax.plot(steps, avg, lw=2, label=f"{k}-step mean")
-            ax.legend()
-        ax.set_title(title)
+    out = out or run_dir / "curves.png"
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 3.6))
+    for ax, draw in zip(axes, PANELS.values()):
+        draw(ax, rows)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
     fig.tight_layout()
-    out = out or run_dir / "curves.png"
     fig.savefig(out, dpi=110)
     plt.close(fig)
-    return out
+    written = [out]
+    (run_dir / "plots").mkdir(exist_ok=True)
+    for name, draw in PANELS.items():
+        fig, ax = plt.subplots(figsize=(5, 3.6))
+        draw(ax, rows)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(run_dir / "plots" / f"{name}.png", dpi=110)
+        plt.close(fig)
+        written.append(run_dir / "plots" / f"{name}.png")
+    return written

@@ -7,12 +7,14 @@ while batch n trains in a worker thread.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
 import time
 from dataclasses import dataclass, field
 
 from vfrl.config import TrainerArgs
 from vfrl.environments.environment import Environment, Rollout
+from vfrl.trainer.evaluation import evaluate, held_out_size
 
 
 @dataclass
@@ -35,6 +37,15 @@ class Orchestrator:
         self.semaphore = asyncio.Semaphore(args.max_concurrent)
         self._order: list[int] = []
         self._rng = random.Random(args.seed)
+        self.num_train = len(env.dataset) - held_out_size(env, args)  # the rest is the eval slice
+
+    def request_seed(self, stream: str, step: int, example_id: int) -> int:
+        """vLLM sampling seed of a group, a function of (seed, stream, step, example); sample j adds j.
+
+        Seeded sampling makes rollouts replayable: a resumed run regenerates the same completions.
+        """
+        key = f"{self.args.seed}:{stream}:{step}:{example_id}".encode()
+        return int.from_bytes(hashlib.sha256(key).digest()[:4], "little") >> 1  # < 2**31
 
     def sampling(self) -> dict:
         a = self.args
@@ -45,7 +56,7 @@ class Orchestrator:
 
     def example_ids(self, step: int) -> list[int]:
         """Deterministic data order: a fresh shuffle of the dataset each epoch, a function of (seed, step)."""
-        n = len(self.env.dataset)
+        n = self.num_train
         needed = (step + 1) * self.examples_per_step
         while len(self._order) < needed:
             epoch = list(range(n))
@@ -58,8 +69,8 @@ class Orchestrator:
         t0 = time.time()
         groups = await asyncio.wait_for(
             asyncio.gather(*(
-                self.env.run_group(self.client, model, i, self.args.rollouts_per_example, self.sampling(),
-                                   self.semaphore)
+                self.env.run_group(self.client, model, i, self.args.rollouts_per_example,
+                                   {**self.sampling(), "seed": self.request_seed("train", step, i)}, self.semaphore)
                 for i in ids
             )),
             timeout=self.args.generation_timeout,
@@ -67,3 +78,8 @@ class Orchestrator:
         rollouts = [r for g in groups for r in g]
         return Batch(step=step, policy_version=policy_version, rollouts=rollouts, example_ids=ids,
                      gen_start=t0, gen_end=time.time())
+
+    async def evaluate(self, model: str) -> tuple[dict[str, float], list[Rollout]]:
+        """Eval split with `model`; the same seeds at every eval (common random numbers across steps)."""
+        return await evaluate(self.env, self.client, model, self.args, self.sampling(), self.semaphore,
+                              lambda i: self.request_seed("eval", 0, i))

@@ -23,6 +23,10 @@ from vfrl.trainer.advantages import group_advantages
 from vfrl.trainer.batch import collate
 from vfrl.trainer.logprobs import sequence_logprobs
 from vfrl.trainer.loss import importance_ratio_loss
+from vfrl.trainer.checkpoint import TrainingState, load_checkpoint, save_checkpoint
+from vfrl.trainer.console import TrainerConsole
+from vfrl.trainer.evaluation import is_eval_step
+from vfrl.trainer.monitor import MismatchWatch, WandbSink, append_jsonl, set_aside_after
 from vfrl.trainer.orchestrator import Batch, Orchestrator
 from vfrl.trainer.weight_sync import AdapterSync
 
@@ -85,13 +89,48 @@ class RLTrainer:
         (run_dir / "adapters").mkdir(parents=True, exist_ok=True)
         (run_dir / "rollouts").mkdir(parents=True, exist_ok=True)
         self.sync = AdapterSync(base_url, api_key, run_dir / "adapters")
+        # ---- checkpoints, resume, monitoring (see checkpoint.py, console.py, monitor.py) ----
         self.metrics_path = run_dir / "metrics.jsonl"
-        self.wandb = None
-        if self.args.report_to == "wandb":
-            import wandb
+        self.console = TrainerConsole()
+        self.mismatch = MismatchWatch(self.args.mismatch_kl_warn, self.args.mismatch_kl_jump)
+        self.checkpoints_dir = run_dir / "checkpoints"
+        self.start_step, self.pending_batch = 0, None
+        if self.args.resume_from:
+            self.start_step, self.pending_batch = self.resume(Path(self.args.resume_from))
+        # wandb is imported only here: report_to = "none" needs neither the package nor an account
+        self.wandb = (WandbSink(run_dir, self.args.run_name, config.model_dump(mode="json"))
+                      if self.args.report_to == "wandb" else None)
 
-            self.wandb = wandb.init(project=os.environ.get("WANDB_PROJECT", "vfrl"), name=self.args.run_name,
-                                    dir=str(run_dir), config=config.model_dump(mode="json"))
+    def resume(self, path: Path) -> tuple[int, Batch | None]:
+        """Load checkpoint `path` into model, optimizer, scheduler and RNGs; returns (step, pending batch)."""
+        state, pending = load_checkpoint(path, self.accelerator.unwrap_model(self.model), self.optimizer,
+                                         self.scheduler)
+        a = self.args
+        changed = [f"{k} {old} -> {new}" for k, old, new in (
+            ("seed", state.seed, a.seed),
+            ("examples per step", state.examples_per_step, a.batch_size // a.rollouts_per_example),
+            ("dataset size", state.dataset_size, len(self.env.dataset)))
+            if old != new]
+        if changed:
+            self.console.warn(f"resuming {path} with a different data setup ({', '.join(changed)}): "
+                              "the data order will not continue the original run's")
+        moved = set_aside_after(self.metrics_path, state.step)
+        self.console.info(f"resumed from {path} (step {state.step}"
+                          f"{', with its pending batch' if pending else ''}; {moved} later metrics lines "
+                          f"moved to metrics.discarded.jsonl)")
+        return state.step, pending
+
+    def save(self, step: int, pending: Batch | None) -> float:
+        """Checkpoint after `step` optimizer steps (with the batch already generated for the next). Seconds."""
+        t0 = time.perf_counter()
+        a = self.args
+        state = TrainingState(step=step, data_position=step, seed=a.seed, policy_version=step,
+                              examples_per_step=a.batch_size // a.rollouts_per_example,
+                              dataset_size=len(self.env.dataset))
+        path = save_checkpoint(self.checkpoints_dir, self.accelerator.unwrap_model(self.model), self.optimizer,
+                               self.scheduler, state, pending, a.keep_last)
+        self.console.info(f"saved checkpoint {path}")
+        return time.perf_counter() - t0
 
     # ---- one optimizer step (runs in a worker thread) ----
     def train_step(self, batch: Batch) -> dict[str, float]:
@@ -139,6 +178,7 @@ class RLTrainer:
 
     # ---- the loop ----
     def train(self) -> None:
+        (self.run_dir / "trainer.pid").write_text(str(os.getpid()))
         asyncio.run(self._train())
 
     async def _train(self) -> None:
@@ -147,57 +187,102 @@ class RLTrainer:
         a = self.args
         waited = await asyncio.to_thread(wait_for_server, self.base_url, 900,
                                          self.run_dir / "inference.pid")
-        print(f"vLLM is up (waited {waited:.1f}s)", flush=True)
+        self.console.info(f"vLLM is up (waited {waited:.1f}s)")
         client = AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, timeout=a.generation_timeout, max_retries=2)
         orch = Orchestrator(self.env, client, a)
-        model_name, _ = self.sync.push(self.accelerator.unwrap_model(self.model), 0)  # version 0 == base model
-        version = 0
-        next_batch = asyncio.create_task(orch.generate(0, model_name, version))
-        for step in range(a.max_steps):
-            t_wait = time.time()
+        model = self.accelerator.unwrap_model(self.model)
+        version = self.start_step  # policy version == optimizer steps done; 0 is the base model
+        model_name, _ = self.sync.push(model, version)  # after a resume: the checkpoint's weights
+        if self.pending_batch is not None:  # resumed: the batch the uninterrupted run trained next
+            next_batch = asyncio.get_running_loop().create_future()
+            next_batch.set_result(self.pending_batch)
+        else:
+            next_batch = asyncio.create_task(orch.generate(version, model_name, version))
+        # eval of policy v runs in the background while step v+1 trains; it ends before policy v+1 is pushed
+        evaluation = self.start_eval(orch, model_name, 0) if self.start_step == 0 and is_eval_step(a, 0) else None
+        for step in range(self.start_step, a.max_steps):
+            t_step = time.time()
             batch = await next_batch
-            wait_s = time.time() - t_wait
+            wait_s = time.time() - t_step
             if batch.policy_version < step - 1:  # the one-step off-policy contract
                 raise RuntimeError(f"batch {step} came from policy {batch.policy_version}: more than one step stale")
             if step + 1 < a.max_steps:
                 next_batch = asyncio.create_task(orch.generate(step + 1, model_name, version))
+            save_s = 0.0
+            if a.save_strategy == "steps" and step % a.save_steps == 0 and step > self.start_step:
+                save_s = await asyncio.to_thread(self.save, step, batch)
             train_start = time.time()
             stats = await asyncio.to_thread(self.train_step, batch)
             train_end = time.time()
             version = step + 1
-            model_name, sync_s = await asyncio.to_thread(self.sync.push, self.accelerator.unwrap_model(self.model), version)
+            if evaluation is not None:
+                await self.finish_eval(evaluation)
+                evaluation = None
+            if getattr(self.sync, "reloads_in_place", False) and step + 1 < a.max_steps:
+                await asyncio.wait([next_batch])  # full weights: batch step+1 ends on the policy it started on
+            model_name, sync_s = await asyncio.to_thread(self.sync.push, model, version)
+            if is_eval_step(a, version):
+                evaluation = self.start_eval(orch, model_name, version)
             record = {
                 "step": step + 1, "max_steps": a.max_steps, **stats,
                 "policy_version": batch.policy_version, "trained_version": step, "adapter_loaded": model_name,
                 "gen_start": batch.gen_start, "gen_end": batch.gen_end,
                 "train_start": train_start, "train_end": train_end,
                 "generate_s": batch.gen_end - batch.gen_start, "wait_s": wait_s,
-                "train_s": train_end - train_start, "sync_s": sync_s,
+                "train_s": train_end - train_start, "sync_s": sync_s, "save_s": save_s,
                 "tokens_per_s": sum(len(r.prompt_ids) + len(r.completion_ids) for r in batch.rollouts)
                 / max(train_end - train_start, 1e-9),
+                "step_s": time.time() - t_step,
             }
+            if step == self.start_step and self.start_step > 0:
+                record["resumed_from"] = self.start_step
             self.log(step + 1, record, batch)
+        if evaluation is not None:
+            await self.finish_eval(evaluation)
+        if a.save_strategy == "steps" and a.max_steps > self.start_step:
+            await asyncio.to_thread(self.save, a.max_steps, None)
         if self.wandb:
             self.wandb.finish()
 
+    # ---- eval during training (evaluation.py) ----
+    def start_eval(self, orch: Orchestrator, model_name: str, version: int) -> tuple[int, asyncio.Task]:
+        return version, asyncio.create_task(orch.evaluate(model_name))
+
+    async def finish_eval(self, evaluation: tuple[int, asyncio.Task]) -> None:
+        version, task = evaluation
+        stats, rollouts = await task
+        record = {"step": version, "max_steps": self.args.max_steps, **stats}
+        append_jsonl(self.metrics_path, record)
+        with open(self.run_dir / "rollouts" / f"eval_step_{version}.jsonl", "w") as f:
+            for r in rollouts:
+                f.write(json.dumps(rollout_row(r)) + "\n")
+        if self.wandb:
+            self.wandb.log(record)
+        self.console.eval(version, stats)
+
+    # ---- monitoring: metrics.jsonl, rollouts/step_N.jsonl, console, wandb, mismatch watch ----
     def log(self, step: int, record: dict, batch: Batch) -> None:
-        with open(self.metrics_path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        a = self.args
+        alert = self.mismatch.check(record.get("mismatch_kl", 0.0))
+        record["mismatch_kl_alert"] = int(alert is not None)
+        append_jsonl(self.metrics_path, record)
         with open(self.run_dir / "rollouts" / f"step_{step}.jsonl", "w") as f:
             for r in batch.rollouts:
-                f.write(json.dumps({"example_id": r.example_id, "prompt": r.prompt, "completion": r.completion,
-                                    "answer": r.answer, "reward": r.reward, "metrics": r.metrics,
-                                    "policy": r.policy}) + "\n")
+                f.write(json.dumps(rollout_row(r)) + "\n")
+        self.console.step(record)
+        if alert:
+            self.console.warn(f"step {step}: {alert}")
+        show = a.log_completions and step % a.logging_steps == 0
+        if show:
+            self.console.completions(step, batch.rollouts, a.num_completions_to_print)
         if self.wandb:
-            self.wandb.log({k: v for k, v in record.items() if isinstance(v, (int, float))}, step=step)
-        if step % self.args.logging_steps == 0:
-            print(
-                f"step {step}/{record['max_steps']} | reward {record['reward_mean']:.3f} | loss {record['loss']:+.4f} "
-                f"| kl {record['mismatch_kl']:.1e} | gen {record['generate_s']:.1f}s wait {record['wait_s']:.1f}s "
-                f"train {record['train_s']:.1f}s sync {record['sync_s']:.2f}s | loaded {record['adapter_loaded']}",
-                flush=True,
-            )
-            if self.args.log_completions:
-                for r in batch.rollouts[: self.args.num_completions_to_print]:
-                    text = r.completion[-1]["content"] if r.completion else ""
-                    print(f"    [{r.reward:.2f}] {r.prompt[-1]['content']!r} -> {text!r}", flush=True)
+            self.wandb.log(record)
+            if show:
+                self.wandb.completions(step, batch.rollouts)
+            if alert:
+                self.wandb.alert(f"mismatch_kl at step {step}", alert)
+
+
+def rollout_row(r) -> dict:
+    return {"example_id": r.example_id, "prompt": r.prompt, "completion": r.completion, "answer": r.answer,
+            "reward": r.reward, "metrics": r.metrics, "policy": r.policy}

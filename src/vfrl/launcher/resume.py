@@ -1,0 +1,58 @@
+"""`vf-rl @ cfg --resume [STEP|PATH]`: find the checkpoint and reuse its run directory.
+
+    --resume             the newest checkpoint of the newest run dir of this run_name that has one
+    --resume 40          checkpoints/step-40 of that run dir
+    --resume PATH        a checkpoint dir (…/checkpoints/step-N) or a run dir (its newest checkpoint)
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from vfrl.trainer.checkpoint import is_complete, latest_checkpoint
+
+
+class ResumeError(ValueError):
+    pass
+
+
+def run_dirs(base: Path) -> list[Path]:
+    """outputs/name, outputs/name-2, -3, ... that exist, oldest first (the order new_run_dir makes them)."""
+    found = [base] if base.is_dir() else []
+    if base.parent.is_dir():
+        numbered = [p for p in base.parent.glob(f"{base.name}-*") if p.name.removeprefix(f"{base.name}-").isdigit()]
+        found += sorted(numbered, key=lambda p: int(p.name.rsplit("-", 1)[1]))
+    return found
+
+
+def find_checkpoint(base: Path, resume: str) -> tuple[Path, Path]:
+    """(run dir, checkpoint dir) for `--resume` value `resume` ("latest", a step number or a path)."""
+    if resume != "latest" and not resume.isdigit():
+        path = Path(resume).expanduser().resolve()
+        if is_complete(path):
+            return path.parent.parent, path
+        if (ckpt := latest_checkpoint(path / "checkpoints")) is not None:
+            return path, ckpt
+        raise ResumeError(f"--resume {resume}: not a complete checkpoint (a checkpoints/step-N dir with a "
+                          f"COMPLETE file) nor a run dir that has one")
+    with_ckpts = [d for d in run_dirs(base) if latest_checkpoint(d / "checkpoints") is not None]
+    if not with_ckpts:
+        raise ResumeError(f"--resume: no run directory {base}[-N] has a complete checkpoint; "
+                          f"set save_strategy = \"steps\" and save_steps in [trainer.args] for the next run")
+    run_dir = with_ckpts[-1]
+    if resume == "latest":
+        return run_dir, latest_checkpoint(run_dir / "checkpoints")
+    ckpt = run_dir / "checkpoints" / f"step-{int(resume)}"
+    if not is_complete(ckpt):
+        have = ", ".join(p.name for p in sorted((run_dir / "checkpoints").glob("step-*")) if is_complete(p))
+        raise ResumeError(f"--resume {resume}: {run_dir} has no complete checkpoint step-{int(resume)} (it has: {have})")
+    return run_dir, ckpt
+
+
+def prepare_run_dir(run_dir: Path) -> None:
+    """Make an old run dir ready to run again: keep its config, forget its exit code."""
+    old = run_dir / "config.toml"
+    if old.exists():
+        old.rename(run_dir / f"config.before-resume-{time.strftime('%Y%m%d-%H%M%S')}.toml")
+    (run_dir / "trainer.exitcode").unlink(missing_ok=True)

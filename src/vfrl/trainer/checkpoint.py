@@ -1,0 +1,203 @@
+"""Training checkpoints: `<run_dir>/checkpoints/step-N`, written atomically, newest `keep_last` kept.
+
+A checkpoint holds everything needed to continue exactly where step N ended:
+
+    model/               the model's save_pretrained(): the LoRA adapter, or all weights (use_lora = false)
+    trainer_state.pt     optimizer, LR scheduler, RNG states (python, numpy if loaded, torch, cuda)
+    trainer_state.json   step, data position, seed, policy version (readable)
+    pending_batch.json   the batch for step N+1 when it was already generated (by policy N-1, as in
+                         the uninterrupted run), so a resumed run trains on the very same rollouts
+    COMPLETE             written last; a directory without it is not a checkpoint
+
+Everything is written into `.step-N.tmp`, fsynced, and renamed to `step-N`: a crash mid-save
+leaves only a tmp dir (removed on the next save), never a `step-N` that looks complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vfrl.environments.environment import Rollout
+from vfrl.trainer.orchestrator import Batch
+
+if TYPE_CHECKING:
+    import torch
+
+MARKER = "COMPLETE"
+PREFIX = "step-"
+
+
+@dataclass
+class TrainingState:
+    step: int  # optimizer steps done
+    data_position: int  # the next batch index in the orchestrator's deterministic order
+    seed: int
+    policy_version: int  # the weights in model/ (== step)
+    examples_per_step: int
+    dataset_size: int
+
+
+# ---------- finding checkpoints ----------
+def is_complete(path: Path) -> bool:
+    return path.is_dir() and path.name.startswith(PREFIX) and (path / MARKER).is_file()
+
+
+def step_of(path: Path) -> int:
+    return int(path.name.removeprefix(PREFIX))
+
+
+def list_checkpoints(checkpoints_dir: Path) -> list[Path]:
+    """Complete checkpoints, oldest first."""
+    if not checkpoints_dir.is_dir():
+        return []
+    found = [p for p in checkpoints_dir.iterdir() if is_complete(p) and p.name.removeprefix(PREFIX).isdigit()]
+    return sorted(found, key=step_of)
+
+
+def latest_checkpoint(checkpoints_dir: Path) -> Path | None:
+    found = list_checkpoints(checkpoints_dir)
+    return found[-1] if found else None
+
+
+# ---------- writing ----------
+def _fsync_tree(root: Path) -> None:
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(dirpath))
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def rng_states() -> dict[str, Any]:
+    import torch
+
+    states: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if "numpy" in sys.modules:
+        states["numpy"] = sys.modules["numpy"].random.get_state()
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    import torch
+
+    random.setstate(states["python"])
+    torch.set_rng_state(states["torch"])
+    if "numpy" in states:
+        import numpy
+
+        numpy.random.set_state(states["numpy"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def batch_to_json(batch: Batch) -> dict[str, Any]:
+    return {"step": batch.step, "policy_version": batch.policy_version, "example_ids": batch.example_ids,
+            "gen_start": batch.gen_start, "gen_end": batch.gen_end, "metrics": batch.metrics,
+            "rollouts": [dataclasses.asdict(r) for r in batch.rollouts]}
+
+
+def batch_from_json(data: dict[str, Any]) -> Batch:
+    return Batch(step=data["step"], policy_version=data["policy_version"], example_ids=data["example_ids"],
+                 rollouts=[Rollout(**r) for r in data["rollouts"]], gen_start=data["gen_start"],
+                 gen_end=data["gen_end"], metrics=data.get("metrics", {}))
+
+
+def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, state: TrainingState,
+                    pending: Batch | None = None, keep_last: int | None = None) -> Path:
+    """Write checkpoint `step-{state.step}` atomically; then apply `keep_last`. Returns its path."""
+    import torch
+
+    checkpoints_dir.mkdir(parents=True, exist_ok=True)
+    final = checkpoints_dir / f"{PREFIX}{state.step}"
+    tmp = checkpoints_dir / f".{final.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    model.save_pretrained(tmp / "model")
+    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_states()},
+               tmp / "trainer_state.pt")
+    (tmp / "trainer_state.json").write_text(json.dumps(dataclasses.asdict(state), indent=1))
+    if pending is not None:
+        (tmp / "pending_batch.json").write_text(json.dumps(batch_to_json(pending)))
+    _fsync_tree(tmp)
+    marker = tmp / MARKER
+    marker.write_text(f"step {state.step}\n")
+    _fsync_tree(tmp)
+    if final.exists():  # redoing a step after resuming from an earlier checkpoint
+        old = checkpoints_dir / f".{final.name}.old"
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old)
+    else:
+        tmp.rename(final)
+    _fsync_dir(checkpoints_dir)
+    if keep_last:
+        for old in list_checkpoints(checkpoints_dir)[:-keep_last]:
+            shutil.rmtree(old)
+    return final
+
+
+# ---------- reading ----------
+def load_model_weights(model, model_dir: Path) -> None:
+    """Load what save_pretrained() wrote back into `model` (the peft model or the plain model), strictly."""
+    import torch
+    from safetensors.torch import load_file
+
+    adapter = model_dir / "adapter_model.safetensors"
+    if adapter.exists():
+        from peft import set_peft_model_state_dict
+
+        result = set_peft_model_state_dict(model, load_file(adapter))
+        if result.unexpected_keys:
+            raise RuntimeError(f"{adapter}: keys the model does not have: {result.unexpected_keys[:5]}")
+        return
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{model_dir}: no safetensors weights")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(f))
+    result = model.load_state_dict(state, strict=False)
+    # save_pretrained drops tied copies (lm_head tied to the embeddings); those stay tied, nothing is lost
+    tied = {n for n, p in model.named_parameters(remove_duplicate=False)} - {n for n, _ in model.named_parameters()}
+    missing = [k for k in result.missing_keys if k not in tied]
+    if missing or result.unexpected_keys:
+        raise RuntimeError(f"{model_dir}: missing {missing[:5]}, unexpected {result.unexpected_keys[:5]}")
+
+
+def load_checkpoint(path: Path, model, optimizer, scheduler) -> tuple[TrainingState, Batch | None]:
+    """Restore model weights, optimizer, scheduler and RNG states in place; return the state and pending batch."""
+    import torch
+
+    if not is_complete(path):
+        raise FileNotFoundError(f"{path} is not a complete checkpoint (no {MARKER} file)")
+    load_model_weights(model, path / "model")
+    saved = torch.load(path / "trainer_state.pt", weights_only=False)
+    optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
+    set_rng_states(saved["rng"])
+    state = TrainingState(**json.loads((path / "trainer_state.json").read_text()))
+    pending_file = path / "pending_batch.json"
+    pending = batch_from_json(json.loads(pending_file.read_text())) if pending_file.exists() else None
+    return state, pending

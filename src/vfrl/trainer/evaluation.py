@@ -1,0 +1,71 @@
+"""Evaluation during training: the environment's eval split, sampled by vLLM with the current policy.
+
+Eval rows are `env.eval_dataset` when the environment has one; otherwise the last
+`num_eval_examples` rows of `env.dataset`, which training then never sees (held out; at most half
+of the dataset). Every eval uses the same examples and the same per-request seeds, so the eval
+curve compares policies on common random numbers, not on fresh sampling noise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from statistics import mean, pstdev
+
+from vfrl.config import TrainerArgs
+from vfrl.environments.environment import Environment, Rollout
+
+
+def held_out_size(env: Environment, args: TrainerArgs) -> int:
+    """Training rows reserved for eval: only when eval is on and the environment has no eval split."""
+    if args.eval_strategy == "no" or env.eval_dataset is not None:
+        return 0
+    return min(args.num_eval_examples, len(env.dataset) // 2)
+
+
+def eval_example_ids(env: Environment, args: TrainerArgs) -> tuple[list[int], bool]:
+    """(ids, uses_eval_split): ids index env.eval_dataset, or env.dataset for the held-out slice."""
+    if env.eval_dataset is not None:
+        return list(range(min(args.num_eval_examples, len(env.eval_dataset)))), True
+    n, k = len(env.dataset), held_out_size(env, args)
+    return list(range(n - k, n)), False
+
+
+def is_eval_step(args: TrainerArgs, step: int) -> bool:
+    """Eval after optimizer step `step` (0 = the baseline before training)? Also always at the end."""
+    if args.eval_strategy == "no":
+        return False
+    return step == 0 or step % args.eval_steps == 0 or step == args.max_steps
+
+
+def summarize(rollouts: list[Rollout]) -> dict[str, float]:
+    rewards = [r.reward for r in rollouts]
+    out = {
+        "eval/reward_mean": mean(rewards),
+        "eval/reward_std": pstdev(rewards) if len(rewards) > 1 else 0.0,
+        "eval/completion_len": mean(len(r.completion_ids) for r in rollouts),
+        "eval/truncated_fraction": mean(float(r.truncated) for r in rollouts),
+        "eval/num_rollouts": float(len(rollouts)),
+    }
+    for name in rollouts[0].metrics:
+        out[f"eval/{name}"] = mean(r.metrics.get(name, 0.0) for r in rollouts)
+    return out
+
+
+async def evaluate(env: Environment, client, model: str, args: TrainerArgs, sampling: dict,
+                   semaphore: asyncio.Semaphore, seed_of) -> tuple[dict[str, float], list[Rollout]]:
+    """Run the eval split with `model`; `seed_of(example_id)` gives each group's request seed."""
+    ids, eval_split = eval_example_ids(env, args)
+    t0 = time.time()
+    groups = await asyncio.wait_for(
+        asyncio.gather(*(
+            env.run_group(client, model, i, args.eval_rollouts_per_example, {**sampling, "seed": seed_of(i)},
+                          semaphore, eval=eval_split)
+            for i in ids
+        )),
+        timeout=args.generation_timeout,
+    )
+    rollouts = [r for g in groups for r in g]
+    stats = summarize(rollouts)
+    stats["eval/time_s"] = time.time() - t0
+    return stats, rollouts

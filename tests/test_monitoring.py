@@ -1,0 +1,152 @@
+"""Monitoring: console output through a pipe, the mismatch-KL watch, vf-rl plot, wandb offline, no wandb import."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import BIN, ROOT
+from vfrl.trainer.console import TrainerConsole, progress_line
+from vfrl.trainer.monitor import MismatchWatch, WandbSink, set_aside_after
+
+
+def record(step: int, **kw) -> dict:
+    r = {"step": step, "max_steps": 10, "reward_mean": 0.5 + 0.01 * step, "loss": -0.01 * step,
+         "mismatch_kl": 1e-6, "tokens_per_s": 900.0, "step_s": 2.0, "generate_s": 1.5, "wait_s": 0.25,
+         "train_s": 1.5, "sync_s": 0.05, "mismatch_kl_alert": 0}
+    r.update(kw)
+    return r
+
+
+def rollout(prompt: str, reply: str, reward: float):
+    return SimpleNamespace(prompt=[{"role": "user", "content": prompt}],
+                           completion=[{"role": "assistant", "content": reply}], reward=reward, example_id=3,
+                           answer=prompt[::-1])
+
+
+# ---------- console ----------
+def test_progress_line_has_every_part():
+    line = progress_line(record(3))
+    for part in ("step 3/10", "reward 0.530", "loss -0.0300", "kl 1.0e-06", "900 tok/s", "2.00s:",
+                 "gen 1.50", "wait 0.25", "train 1.50", "sync 0.05"):
+        assert part in line, (part, line)
+
+
+def test_console_through_a_pipe_is_plain_readable_text():
+    out = io.StringIO()  # not a TTY, like `vf-train | tee trainer.log`
+    con = TrainerConsole(out)
+    con.step(record(1))
+    con.completions(1, [rollout("abc", "cba", 1.0), rollout("hello [bold]x[/bold]", "olleh", 0.6)], limit=2)
+    con.warn("mismatch_kl jumped")
+    text = out.getvalue()
+    assert "\x1b[" not in text  # no colour or cursor codes in the log
+    assert "step 1/10 | reward 0.510" in text
+    assert "'cba'" in text and "1.000" in text and "[bold]x[/bold]" in text  # markup shown, not interpreted
+    assert "!!! WARNING: mismatch_kl jumped" in text
+    assert all(len(line) <= 160 for line in text.splitlines())
+
+
+def test_completions_table_respects_limit():
+    out = io.StringIO()
+    TrainerConsole(out).completions(5, [rollout(f"p{i}", f"c{i}", 0.1 * i) for i in range(6)], limit=2)
+    assert "'c1'" in out.getvalue() and "'c2'" not in out.getvalue()
+    out = io.StringIO()
+    TrainerConsole(out).completions(5, [rollout("p", "c", 0.0)], limit=0)
+    assert out.getvalue() == ""
+
+
+# ---------- mismatch watch ----------
+def test_mismatch_watch_absolute_threshold():
+    watch = MismatchWatch(warn_at=0.1, jump=10)
+    assert watch.check(0.05) is None
+    assert "above mismatch_kl_warn = 0.1" in watch.check(0.2)
+    assert "mismatch_kl is nan" in watch.check(float("nan"))
+
+
+def test_mismatch_watch_jump_versus_running_median():
+    watch = MismatchWatch(warn_at=0.1, jump=10)
+    for v in (0.002, 0.003, 0.0025, 0.002):
+        assert watch.check(v) is None
+    reason = watch.check(0.05)  # 20x the median 0.00225, below the absolute threshold
+    assert reason and "jumped to 0.05" in reason and "22x" in reason
+    assert watch.check(0.003) is None  # the jump did not enter the median
+
+
+def test_mismatch_watch_ignores_noise_at_fp32_parity_level():
+    watch = MismatchWatch(warn_at=0.1, jump=10)
+    for v in (1e-9, 2e-9, 1e-9, 5e-8, 1e-7, 9e-4):  # 1e4x the median, but far below warn_at / 100
+        assert watch.check(v) is None
+
+
+def test_resume_sets_later_metrics_aside(tmp_path):
+    m = tmp_path / "metrics.jsonl"
+    m.write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3)) + '{"step": 4, "lo')
+    assert set_aside_after(m, 2) == 2
+    assert [json.loads(line)["step"] for line in m.read_text().splitlines()] == [1, 2]
+    discarded = (tmp_path / "metrics.discarded.jsonl").read_text().splitlines()
+    assert discarded[0] == '{"step": 3}' and discarded[1].startswith('{"step": 4')
+
+
+# ---------- vf-rl plot ----------
+def test_vf_rl_plot_writes_valid_pngs(tmp_path):
+    rows = [record(s, mismatch_kl=1e-6 * s, mismatch_kl_alert=int(s == 7)) for s in range(1, 13)]
+    rows.insert(0, {"step": 0, "max_steps": 10, "eval/reward_mean": 0.4})
+    rows.append({"step": 12, "max_steps": 12, "eval/reward_mean": 0.6})
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = subprocess.run([str(BIN / "vf-rl"), "plot", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    from PIL import Image
+
+    expected = [tmp_path / "curves.png"] + [tmp_path / "plots" / f"{n}.png" for n in ("reward", "loss", "kl", "step_time")]
+    for png in expected:
+        assert f"wrote {png}" in proc.stdout
+        with Image.open(png) as img:
+            img.verify()
+            assert img.format == "PNG"
+        with Image.open(png) as img:
+            assert img.size[0] > 300 and sum(1 for c in img.convert("L").histogram() if c) > 10  # something was drawn
+
+
+def test_vf_rl_plot_names_a_dir_without_metrics(tmp_path):
+    proc = subprocess.run([str(BIN / "vf-rl"), "plot", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "no metrics.jsonl" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ---------- wandb ----------
+def test_wandb_offline_writes_run_files_under_run_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    sink = WandbSink(tmp_path, "unit", {"trainer": {"args": {"seed": 0}}})
+    sink.log(record(1))
+    sink.log({"step": 1, "eval/reward_mean": 0.7})
+    sink.completions(1, [rollout("abc", "cba", 1.0)])
+    sink.alert("mismatch_kl at step 1", "offline: printed, not sent")
+    sink.finish()
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    assert list(runs[0].glob("run-*.wandb")), list(runs[0].iterdir())
+    assert (tmp_path / "wandb_run_id").read_text().strip() in runs[0].name
+
+
+def test_report_to_none_never_imports_wandb(tiny_model, tmp_path):
+    """Build the real trainer with report_to = "none" and check wandb was never imported."""
+    code = f"""
+import sys
+from pathlib import Path
+sys.path.insert(0, {str(ROOT / 'tests')!r})
+from conftest import write_config
+from vfrl.config import load_config
+from vfrl.trainer.trainer import RLTrainer
+cfg = load_config(write_config(Path({str(tmp_path)!r}) / "c.toml", Path({str(tiny_model)!r}), 8000, Path({str(tmp_path)!r})))
+assert cfg.args.report_to == "none"
+RLTrainer(cfg, Path({str(tmp_path)!r}) / "run", "http://127.0.0.1:9/v1", "k")
+print("wandb imported:", "wandb" in sys.modules)
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "wandb imported: False" in proc.stdout
