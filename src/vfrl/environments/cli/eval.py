@@ -1,0 +1,260 @@
+"""vf-eval: run an environment against any OpenAI-compatible server and report its rewards.
+
+Writes one rollout per line to `results.jsonl` and the run's settings and means to `metadata.json`,
+under outputs/evals/<env>--<model>/<timestamp>/ unless `-o` names the folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import statistics
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from vfrl.environments.cli import fail
+from vfrl.environments.cli.eval_defaults import EVAL_DEFAULTS, read_eval_defaults
+
+PROG = "vf-eval"
+DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
+DEFAULT_KEY_VAR = "VFRL_API_KEY"
+app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
+
+
+def parse_json_object(text: str | None, flag: str) -> dict[str, Any]:
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        fail(PROG, f"{flag} is not valid JSON ({e.msg} at column {e.colno}): {text!r}; "
+                   f"""example: {flag.split('/')[0]} '{{"num_eval_examples": 10}}'""")
+    if not isinstance(value, dict):
+        fail(PROG, f"{flag} must be a JSON object like '{{\"key\": 1}}', got {text!r}")
+    return value
+
+
+def model_slug(model: str) -> str:
+    """`Qwen/Qwen3-4B` -> `Qwen--Qwen3-4B`; a local model folder -> its folder name."""
+    if model.startswith(("/", ".", "~")) or Path(model).is_dir():
+        return Path(model).name or "model"
+    return model.replace("/", "--")
+
+
+def output_dir(env_id: str, model: str) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = Path("outputs") / "evals" / f"{env_id}--{model_slug(model)}" / stamp
+    path, k = base, 1
+    while path.exists():  # two runs in the same second: never mix their files
+        path, k = base.with_name(f"{stamp}-{k}"), k + 1
+    return path
+
+
+def rollout_record(rollout: Any) -> dict[str, Any]:
+    return dataclasses.asdict(rollout) if dataclasses.is_dataclass(rollout) else dict(vars(rollout))
+
+
+def summarize(rollouts: list[Any]) -> dict[str, Any]:
+    rewards = [float(r.reward) for r in rollouts]
+    names = sorted({name for r in rollouts for name in r.metrics})
+    return {
+        "reward": {"mean": statistics.fmean(rewards), "std": statistics.pstdev(rewards),
+                   "min": min(rewards), "max": max(rewards)},
+        # a metric missing from a rollout (e.g. reward_errors) counts as 0 there
+        "metrics": {name: statistics.fmean(float(r.metrics.get(name, 0.0)) for r in rollouts) for name in names},
+        "truncated": statistics.fmean(1.0 if getattr(r, "truncated", False) else 0.0 for r in rollouts),
+        "completion_tokens": statistics.fmean(len(getattr(r, "completion_ids", []) or []) for r in rollouts),
+    }
+
+
+def api_error_message(e: Exception, base_url: str, model: str, key_var: str) -> str | None:
+    """One line for the server mistakes a user can fix; None for anything else."""
+    import openai
+
+    if isinstance(e, openai.APIConnectionError):
+        return f"cannot reach {base_url} ({e}); is the server running? start one with `vf-vllm` or pass -b URL"
+    if isinstance(e, openai.AuthenticationError):
+        return f"{base_url} rejected the API key (taken from ${key_var}); export it or pass -k VAR"
+    if isinstance(e, openai.NotFoundError):
+        return f"model '{model}' is not served at {base_url} ({e.message}); pass the served name with -m"
+    if isinstance(e, openai.APIStatusError):
+        return f"the server at {base_url} refused a request (HTTP {e.status_code}): {e.message}"
+    return None
+
+
+async def served_models(client) -> list[str]:
+    return [m.id async for m in client.models.list()]
+
+
+async def run_eval(env, client, model: str, num_examples: int, rollouts_per_example: int,
+                   sampling: dict[str, Any], max_concurrent: int, results_path: Path, on_group) -> list[Any]:
+    """All groups concurrently (at most max_concurrent requests in flight); each group is appended to
+    results.jsonl as soon as it is scored, so an interrupted run keeps what it finished."""
+    semaphore = asyncio.Semaphore(max_concurrent)
+    tasks = [asyncio.create_task(env.run_group(client, model, i, rollouts_per_example, sampling, semaphore, eval=True))
+             for i in range(num_examples)]
+    rollouts: list[Any] = []
+    try:
+        with results_path.open("w") as f:
+            for next_group in asyncio.as_completed(tasks):
+                group = await next_group
+                for r in group:
+                    f.write(json.dumps(rollout_record(r), default=str) + "\n")
+                f.flush()
+                rollouts += group
+                on_group(len(group))
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    rollouts.sort(key=lambda r: r.example_id)
+    return rollouts
+
+
+def print_summary(summary: dict[str, Any], n_rollouts: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{n_rollouts} rollouts", title_justify="left")
+    table.add_column("")
+    table.add_column("mean", justify="right")
+    table.add_column("std", justify="right")
+    table.add_row("reward", f"{summary['reward']['mean']:.4f}", f"{summary['reward']['std']:.4f}")
+    for name, mean in summary["metrics"].items():
+        table.add_row(name, f"{mean:.4f}", "")
+    table.add_row("truncated", f"{summary['truncated']:.4f}", "")
+    table.add_row("completion tokens", f"{summary['completion_tokens']:.1f}", "")
+    Console().print(table)
+
+
+@app.command()
+def evaluate(
+    env_id: Annotated[str, typer.Argument(help="Installed environment id, e.g. reverse-text.")],
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model name as the server knows it \\[default: the first model the server lists].")] = None,
+    api_base_url: Annotated[Optional[str], typer.Option("--api-base-url", "-b", help=f"OpenAI-compatible base URL \\[default: {DEFAULT_BASE_URL}].")] = None,
+    api_key_var: Annotated[Optional[str], typer.Option("--api-key-var", "-k", help=f"Environment variable holding the API key \\[default: {DEFAULT_KEY_VAR}; 'EMPTY' when unset].")] = None,
+    num_examples: Annotated[Optional[int], typer.Option("--num-examples", "-n", help="Examples to evaluate; -1 for all \\[default: 5].")] = None,
+    rollouts_per_example: Annotated[Optional[int], typer.Option("--rollouts-per-example", "-r", help="Rollouts per example \\[default: 3].")] = None,
+    max_concurrent: Annotated[Optional[int], typer.Option("--max-concurrent", "-c", help="Requests in flight at most \\[default: 32].")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", "-t", help="Max tokens per reply \\[default: the server's].")] = None,
+    temperature: Annotated[Optional[float], typer.Option("--temperature", "-T", help="Sampling temperature \\[default: the server's].")] = None,
+    sampling_args: Annotated[Optional[str], typer.Option("--sampling-args", "-S", help="""More sampling args as JSON, e.g. '{"top_p": 0.9, "seed": 0}'.""")] = None,
+    env_args: Annotated[Optional[str], typer.Option("--env-args", "-a", help="""load_environment() keyword args as JSON, e.g. '{"num_eval_examples": 10}'.""")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output-dir", "-o", help="Folder for results.jsonl and metadata.json \\[default: outputs/evals/<env>--<model>/<timestamp>].")] = None,
+) -> None:
+    """Evaluate ENV_ID: N examples x R rollouts against the server; print the mean reward and each metric's mean.
+
+    Defaults for these options can come from the environment package's pyproject.toml, table
+    [tool.vfrl.eval]; flags given here win."""
+    from vfrl.environments.loader import EnvironmentNotFound, load_environment
+
+    try:
+        defaults, source = read_eval_defaults(env_id)
+    except ValueError as e:
+        fail(PROG, str(e))
+    given = {"model": model, "api_base_url": api_base_url, "api_key_var": api_key_var, "num_examples": num_examples,
+             "rollouts_per_example": rollouts_per_example, "max_concurrent": max_concurrent, "max_tokens": max_tokens,
+             "temperature": temperature}
+    opts = {**EVAL_DEFAULTS, **defaults, **{k: v for k, v in given.items() if v is not None}}
+    args = {**defaults.get("env_args", {}), **parse_json_object(env_args, "-a/--env-args")}
+    sampling = {**defaults.get("sampling_args", {}), **parse_json_object(sampling_args, "-S/--sampling-args")}
+    for key in ("max_tokens", "temperature"):
+        if opts[key] is not None:
+            sampling[key] = opts[key]
+    if opts["rollouts_per_example"] < 1 or opts["max_concurrent"] < 1 or opts["num_examples"] == 0:
+        fail(PROG, "-n must be -1 or positive, -r and -c at least 1")
+
+    try:
+        env = load_environment(env_id, **args)
+    except EnvironmentNotFound as e:
+        fail(PROG, str(e))
+    except TypeError as e:
+        if "argument" not in str(e):
+            raise
+        fail(PROG, f"environment '{env_id}' does not take these args {args}: {e}")
+    data = env.eval_dataset if env.eval_dataset is not None else env.dataset
+    split = "eval" if env.eval_dataset is not None else "train"
+    n = len(data) if opts["num_examples"] < 0 else min(opts["num_examples"], len(data))
+
+    base_url, key_var = opts["api_base_url"], opts["api_key_var"]
+    api_key = os.environ.get(key_var)
+    if api_key is None:
+        if api_key_var is not None:  # asked for by name: it must be there
+            fail(PROG, f"${key_var} is not set; export it or pass -k with the variable that holds the API key")
+        api_key = "EMPTY"
+    asyncio.run(_run(env, env_id, args, opts, sampling, base_url, key_var, api_key, n, split, source, output))
+
+
+async def _run(env, env_id, env_args, opts, sampling, base_url, key_var, api_key, n, split, source, output) -> None:
+    from openai import AsyncOpenAI
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    client = AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=1)
+    model = opts["model"]
+    out = None
+    try:
+        served = await served_models(client)  # also tells early that the server is there
+        if model is None:
+            if not served:
+                fail(PROG, f"{base_url} serves no model; pass -m MODEL")
+            model = served[0]
+            typer.echo(f"{PROG}: model {model} (the first the server lists; -m to choose)")
+        elif served and model not in served:
+            fail(PROG, f"model '{model}' is not served at {base_url}; it serves: {', '.join(served[:5])}")
+        out = output or output_dir(env_id, model)
+        if (out / "results.jsonl").exists():
+            fail(PROG, f"{out / 'results.jsonl'} already exists; pass another -o folder (vf-eval never overwrites results)")
+        out.mkdir(parents=True, exist_ok=True)
+        r = opts["rollouts_per_example"]
+        typer.echo(f"{PROG}: {env_id} ({split} split): {n} examples x {r} rollouts against {base_url}")
+        t0 = time.time()
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), TimeRemainingColumn()) as progress:
+            bar = progress.add_task(env_id, total=n * r)
+            rollouts = await run_eval(env, client, model, n, r, sampling, opts["max_concurrent"],
+                                      out / "results.jsonl", lambda k: progress.advance(bar, k))
+    except Exception as e:
+        if out is not None:
+            _remove_if_empty(out / "results.jsonl")
+        line = api_error_message(e, base_url, model or "?", key_var)
+        if line is None:
+            raise
+        fail(PROG, line)
+    finally:
+        await client.close()
+
+    summary = summarize(rollouts)
+    metadata = {
+        "env_id": env_id, "env_args": env_args, "model": model, "base_url": base_url, "split": split,
+        "num_examples": n, "rollouts_per_example": r, "num_rollouts": len(rollouts), "sampling_args": sampling,
+        "max_concurrent": opts["max_concurrent"], "defaults_from": str(source) if source else None,
+        **summary, "duration_s": round(time.time() - t0, 3),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "vfrl_version": _vfrl_version(),
+    }
+    (out / "metadata.json").write_text(json.dumps(metadata, indent=2, default=str) + "\n")
+    print_summary(summary, len(rollouts))
+    typer.echo(f"{PROG}: reward mean {summary['reward']['mean']:.4f}; wrote {out}/results.jsonl and metadata.json")
+
+
+def _remove_if_empty(results: Path) -> None:
+    """A run that failed before its first group leaves no empty files behind; partial results stay."""
+    if results.is_file() and results.stat().st_size == 0:
+        results.unlink()
+        if not any(results.parent.iterdir()):
+            results.parent.rmdir()
+
+
+def _vfrl_version() -> str:
+    from vfrl import __version__
+
+    return __version__
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,99 @@
+"""vf-install: pip-install an environment package into the Python that runs vfrl, and say what it provides."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from vfrl.environments.cli import fail, module_name
+from vfrl.environments.loader import ENTRY_POINT_GROUP
+
+PROG = "vf-install"
+app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
+
+_GIT_URL = re.compile(r"^(git\+|git@|(https?|ssh|git)://.*\.git(@[^/]+)?$|(https?|ssh)://(github|gitlab|bitbucket)\.)")
+
+
+def is_package_dir(path: Path) -> bool:
+    return path.is_dir() and ((path / "pyproject.toml").is_file() or (path / "setup.py").is_file())
+
+
+def pip_target(name: str | None, path: Path | None, editable: bool) -> tuple[list[str], str]:
+    """(pip install arguments, where it comes from) for a folder, a wheel, a git URL or an index name."""
+    local = ["-e"] if editable else []
+    if path is not None:
+        if not is_package_dir(path):
+            fail(PROG, f"{path} is not a package folder (no pyproject.toml or setup.py there)")
+        return [*local, str(path)], f"folder {path}"
+    assert name is not None
+    if name.endswith(".whl"):
+        if not Path(name).is_file():
+            fail(PROG, f"wheel file {name} not found")
+        return [name], f"wheel {name}"
+    if _GIT_URL.match(name):
+        url = name if name.startswith("git+") else f"git+{name}"
+        return [url], f"git {url}"
+    for folder in (Path("environments") / module_name(name), Path(name)):
+        if is_package_dir(folder):
+            return [*local, str(folder)], f"folder {folder}"
+    return [name], "the package index"
+
+
+def provided_environments(dist_names: set[str]) -> list[str]:
+    norm = {re.sub(r"[-_.]+", "-", n).lower() for n in dist_names}
+    return sorted(
+        ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)
+        if ep.dist is not None and re.sub(r"[-_.]+", "-", ep.dist.name).lower() in norm
+    )
+
+
+@app.command()
+def install(
+    name: Annotated[Optional[str], typer.Argument(
+        help="Environment name (installs ./environments/<name>), a .whl file, a git URL or a package index name.")] = None,
+    path: Annotated[Optional[Path], typer.Option("--path", "-p", help="Install the package in this folder.")] = None,
+    editable: Annotated[bool, typer.Option("--editable/--no-editable", help="Folders install editable (your edits apply without reinstalling).")] = True,
+    no_deps: Annotated[bool, typer.Option("--no-deps", help="Do not install the package's dependencies.")] = False,
+) -> None:
+    """Install an environment into this Python (`python -m pip install`) and print the environment ids it provides."""
+    if (name is None) == (path is None):
+        fail(PROG, "give an environment NAME or --path PATH (one of them), e.g. `vf-install reverse-text`")
+    args, source = pip_target(name, path, editable)
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        cmd = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--report", str(report),
+               *(["--no-deps"] if no_deps else []), *args]
+        typer.echo(f"{PROG}: pip install {' '.join(args)}  (into {sys.prefix})")
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            errors = [line for line in done.stderr.splitlines() if line.strip() and "WARNING: Location" not in line]
+            sys.stderr.write("\n".join(errors[-15:]) + "\n")
+            fail(PROG, f"pip could not install {name or path} from {source} (pip exit code {done.returncode}; its messages are above)")
+        items = json.loads(report.read_text()).get("install", [])
+    if not items:
+        typer.echo(f"{PROG}: {name} is already installed; nothing changed")
+        return
+    # pip's report marks what was asked for ("requested"); the rest are dependencies it pulled in
+    requested = [(i["metadata"]["name"], i["metadata"]["version"]) for i in items if i.get("requested")]
+    deps = [(i["metadata"]["name"], i["metadata"]["version"]) for i in items if not i.get("requested")]
+    for dist, version in requested:
+        typer.echo(f"{PROG}: installed {dist} {version} from {source}")
+    if deps:
+        typer.echo(f"{PROG}: with dependencies: {', '.join(f'{n} {v}' for n, v in deps)}")
+    envs = provided_environments({n for n, _ in requested + deps})
+    if envs:
+        typer.echo(f"{PROG}: environments provided: {', '.join(envs)} (try `vf-eval {envs[0]}`)")
+    else:
+        typer.echo(f"{PROG}: warning: no '{ENTRY_POINT_GROUP}' entry point found; load it by module name")
+
+
+def main() -> None:
+    app()
