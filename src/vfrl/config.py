@@ -6,6 +6,7 @@ resolved tree to `<run_dir>/config.toml`; `vf-train` and `vf-vllm` read that res
 
 from __future__ import annotations
 
+import math
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -16,6 +17,22 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RuleError(ValueError):
+    """Cross-field problems of one table: (dotted key relative to the table, bad value, what is allowed).
+
+    The launcher turns each into one line: `file: trainer.args.batch_size = 10 is invalid: <allowed>`.
+    """
+
+    def __init__(self, problems: list[tuple[str, Any, str]]):
+        self.problems = problems
+        super().__init__("; ".join(f"{key} = {value!r} is invalid: {allowed}" for key, value, allowed in problems))
+
+
+def _multiples_near(value: int, step: int) -> str:
+    below, above = value // step * step, (value // step + 1) * step
+    return f"e.g. {below} or {above}" if below else f"e.g. {above}"
 
 
 class EnvConfig(Strict):
@@ -95,18 +112,46 @@ class TrainerArgs(Strict):
 
     @model_validator(mode="after")
     def _batch_shapes(self) -> "TrainerArgs":
+        problems = []
         if self.batch_size % self.rollouts_per_example:
-            raise ValueError(
-                f"batch_size ({self.batch_size}) must be divisible by rollouts_per_example ({self.rollouts_per_example})"
-            )
+            problems.append(("batch_size", self.batch_size,
+                             f"must be a multiple of rollouts_per_example ({self.rollouts_per_example}), "
+                             f"{_multiples_near(self.batch_size, self.rollouts_per_example)}"))
         if self.max_tokens >= self.max_seq_len:
-            raise ValueError(f"max_tokens ({self.max_tokens}) must be smaller than max_seq_len ({self.max_seq_len})")
+            problems.append(("max_tokens", self.max_tokens,
+                             f"must be smaller than max_seq_len ({self.max_seq_len}), which also holds the prompt"))
+        if problems:
+            raise RuleError(problems)
         return self
+
+
+ACCELERATE_CONFIGS = ("single_gpu", "ddp", "zero3", "fsdp")  # bundled: configs/accelerate/<name>.yaml
 
 
 class TrainerConfig(Strict):
     gpus: int = Field(1, ge=0, description="GPUs for the trainer (after the inference GPUs). 0 or no GPU: CPU.")
+    accelerate_config: str = Field(
+        "ddp", description=f"With several trainer GPUs: `accelerate launch --config-file` this. One of "
+        f"{', '.join(ACCELERATE_CONFIGS)} (bundled) or a path to your own accelerate YAML.")
     args: TrainerArgs = Field(default_factory=TrainerArgs)
+
+    @property
+    def processes(self) -> int:
+        """Trainer processes (one per GPU; one on the CPU)."""
+        return max(1, self.gpus)
+
+
+def vllm_lora_ranks() -> list[int]:
+    """The max_lora_rank values vLLM accepts, from the one table the server uses."""
+    from vfrl.inference.server import lora_rank_ceiling  # lazy: server.py imports this module
+
+    ranks, r = [], 1
+    while True:
+        try:
+            ranks.append(r := lora_rank_ceiling(r))
+        except ValueError:
+            return ranks
+        r += 1
 
 
 class RLConfig(Strict):
@@ -118,6 +163,43 @@ class RLConfig(Strict):
     @property
     def args(self) -> TrainerArgs:
         return self.trainer.args
+
+    @model_validator(mode="after")
+    def _across_tables(self) -> "RLConfig":
+        """Rules that join keys of different tables. GPU presence is checked at launch, not here, so that
+        configs written for a GPU machine still validate on a laptop."""
+        a, problems = self.args, []
+        per_step = a.micro_batch_size * self.trainer.processes
+        if a.batch_size % per_step:
+            step = math.lcm(per_step, a.rollouts_per_example)
+            problems.append(("trainer.args.batch_size", a.batch_size,
+                             f"must be a multiple of trainer.args.micro_batch_size x trainer processes "
+                             f"({a.micro_batch_size} x {self.trainer.processes} = {per_step}), "
+                             f"{_multiples_near(a.batch_size, step)}"))
+        if a.use_lora:
+            ranks = vllm_lora_ranks()
+            served = self.inference.args.get("max_lora_rank")
+            if a.lora_rank > ranks[-1]:
+                problems.append(("trainer.args.lora_rank", a.lora_rank,
+                                 f"vLLM serves LoRA ranks up to {ranks[-1]}; use at most {ranks[-1]}"))
+            elif served is not None and (served not in ranks or served < a.lora_rank):
+                allowed = ", ".join(str(r) for r in ranks if r >= a.lora_rank)
+                problems.append(("inference.args.max_lora_rank", served,
+                                 f"must be a vLLM max LoRA rank >= trainer.args.lora_rank ({a.lora_rank}): "
+                                 f"{allowed}; or leave it out and vf-rl picks one"))
+        tp = self.inference.args.get("tensor_parallel_size", 1)
+        if self.inference.gpus and isinstance(tp, int) and tp >= 1:
+            if self.inference.gpus % tp:
+                problems.append(("inference.gpus", self.inference.gpus,
+                                 f"must be a multiple of inference.args.tensor_parallel_size ({tp}): vLLM runs "
+                                 f"gpus / tensor_parallel_size data-parallel replicas"))
+            elif (dp := self.inference.args.get("data_parallel_size")) is not None and dp != self.inference.gpus // tp:
+                problems.append(("inference.args.data_parallel_size", dp,
+                                 f"must be inference.gpus / tensor_parallel_size = {self.inference.gpus // tp}, "
+                                 f"or left out (vf-rl sets it)"))
+        if problems:
+            raise RuleError(problems)
+        return self
 
 
 def read_toml(path: Path) -> dict[str, Any]:

@@ -1,29 +1,36 @@
 """vf-rl: validate a run config, plan devices, and start vLLM + trainer in a tmux session.
 
-    vf-rl @ configs/rl/quickstart.toml       start (attaches when run in a terminal)
-    tmux attach -t <session>                 watch a running session
+    vf-rl @ CONFIG [--trainer.args.max_steps 10 ...]   start a run (attaches when run in a terminal)
+    vf-rl @ CONFIG --dry-run                           print the resolved config and the plan; start nothing
+    vf-rl status | logs [-f] | stop [SESSION]          runs in tmux, for people not attached
 
 Imports no torch or vLLM: the launcher stays fast and its errors come before anything starts.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import secrets
 import socket
 import sys
-import time
 from pathlib import Path
 from typing import Annotated, Optional
 
+import tomli_w
 import typer
 
 from vfrl.config import RLConfig, write_config
+from vfrl.launcher import lifecycle, tmux
 from vfrl.launcher.config_errors import ConfigError, load_user_config
-from vfrl.launcher.plan import make_plan, pane_script, trainer_epilogue, count_gpus
+from vfrl.launcher.overrides import parse_overrides
+from vfrl.launcher.plan import PlanError, detect_machine, make_plan, pane_script, render_plan, trainer_epilogue
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.split("\n\n")[0],
                   context_settings={"help_option_names": ["-h", "--help"]})
+
+SocketOption = Annotated[Optional[str], typer.Option("--tmux-socket", envvar="VFRL_TMUX_SOCKET",
+                                                     help="tmux socket name (tmux -L).")]
 
 
 def fail(msg: str, code: int = 2) -> None:
@@ -52,37 +59,59 @@ def new_run_dir(base: Path) -> Path:
     return candidate
 
 
+def tmux_hint(socket_name: str | None) -> str:
+    return f"tmux -L {socket_name}" if socket_name else "tmux"
+
+
 @app.callback()
 def _root() -> None:
     """vf-rl: RL training runs in tmux (vLLM + trainer)."""
 
 
-@app.command("run")
+@app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def run(
+    ctx: typer.Context,
     config_path: Annotated[Path, typer.Argument(metavar="CONFIG", help="The run's TOML file.")],
     session: Annotated[Optional[str], typer.Option("--session", "-s", help="tmux session name \\[default: run_name].")] = None,
-    tmux_socket: Annotated[Optional[str], typer.Option(envvar="VFRL_TMUX_SOCKET", help="tmux socket name (-L).")] = None,
+    tmux_socket: SocketOption = None,
     attach: Annotated[Optional[bool], typer.Option("--attach/--no-attach", help="Attach to the session \\[default: when stdout is a terminal]; without it vf-rl waits for the trainer, streams its log and exits with its code.")] = None,
+    replace: Annotated[bool, typer.Option("--replace", help="If the session already exists, stop it cleanly (as `vf-rl stop` does), then start.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved config and the plan (devices, each pane's exact script and environment, run directory); start nothing.")] = False,
     resume: Annotated[Optional[str], typer.Option("--resume", is_flag=False, flag_value="latest", metavar="[STEP|PATH]", help="Continue from a checkpoint in the same run dir: alone, the newest one of the newest run dir of this run_name; or a step number; or a checkpoint/run dir path.")] = None,
 ) -> None:
-    """Start a run: `vf-rl @ CONFIG` (same as `vf-rl run CONFIG`)."""
+    """Start a run: `vf-rl @ CONFIG` (same as `vf-rl run CONFIG`).
+
+    Override config keys after CONFIG by their dotted names; overrides are validated like the file and written into the run's resolved config.toml:
+
+    vf-rl @ cfg.toml --trainer.args.max_steps 10 --inference.port=0 --model Qwen/Qwen2.5-0.5B-Instruct
+
+    Values are TOML literals (10, 3e-4, true, "text", ["q_proj", "v_proj"]); anything else is a string; a flag alone means true.
+    """
     try:
-        cfg = load_user_config(config_path)
+        overrides = parse_overrides(ctx.args)
+    except ValueError as e:
+        fail(str(e))
+    for o in overrides:  # a mistyped option (`--dry-rnu`) is not a config key either
+        if "." not in o.key and o.key not in RLConfig.model_fields:
+            options = [opt for p in ctx.command.params for opt in p.opts if opt.startswith("--")]
+            close = difflib.get_close_matches(o.flag, options, n=1)
+            fail(f"no such option {o.flag}" + (f"; did you mean {close[0]}?" if close else "")
+                 + " (config keys are dotted: --trainer.args.max_steps 10)")
+    try:
+        cfg = load_user_config(config_path, overrides)
     except ConfigError as e:
         fail(str(e))
-    from vfrl.launcher import tmux
-
     srv = tmux.server(tmux_socket)
     session_name = session or cfg.args.run_name
-    if tmux.session_exists(srv, session_name):
-        fail(f"a tmux session named '{session_name}' is already running. Attach with "
-             f"`tmux attach -t {session_name}`, or pick another name with --session.")
-    host = cfg.inference.host
-    if cfg.inference.port == 0:
-        cfg.inference.port = free_port(host)
-    elif port_in_use(host, cfg.inference.port):
-        fail(f"{config_path}: inference.port = {cfg.inference.port} is already in use on {host}; "
-             f"choose another port, or set inference.port = 0 to pick a free one.")
+    exists = tmux.session_exists(srv, session_name)
+    if exists and not dry_run:
+        if not replace:
+            fail(f"a tmux session named '{session_name}' is already running. Attach with "
+                 f"`{tmux_hint(tmux_socket)} attach -t {session_name}`, stop it with `vf-rl stop {session_name}`, "
+                 f"start this run with --replace to stop that one first, or pick another name with --session.")
+        if session_name not in tmux.run_sessions(srv):
+            fail(f"the tmux session '{session_name}' was not started by vf-rl; --replace only stops vf-rl "
+                 f"sessions. Pick another name with --session.")
     if resume is not None:  # reuse the checkpoint's run dir; the trainer loads it (resume_from)
         from vfrl.launcher.resume import ResumeError, find_checkpoint, prepare_run_dir
 
@@ -92,30 +121,126 @@ def run(
             fail(f"{config_path}: {e}")
         run_dir = run_dir.resolve()
         cfg.args.resume_from = str(checkpoint.resolve())
-        prepare_run_dir(run_dir)
+        if not dry_run:
+            prepare_run_dir(run_dir)
         typer.echo(f"vf-rl: resuming from {checkpoint}")
     else:
         run_dir = new_run_dir(Path(cfg.args.output_dir) / cfg.args.run_name).resolve()
-    plan = make_plan(cfg, run_dir, session_name, count_gpus(), os.cpu_count() or 1)
+    machine = detect_machine()
+    workdir = Path.cwd()
+    try:
+        plan = make_plan(cfg, run_dir, session_name, machine, workdir)
+    except PlanError as e:
+        fail(f"{config_path}: {e}")
+    if dry_run:
+        typer.echo(f"# vf-rl dry run of {config_path}: nothing was started\n\n"
+                   f"# resolved config (written to {run_dir / 'config.toml'} at launch)")
+        typer.echo(tomli_w.dumps(plan.config.model_dump(mode="json", exclude_none=True)))
+        typer.echo("# plan")
+        typer.echo(render_plan(plan, workdir, machine, tmux_socket))
+        if exists:
+            typer.echo(f"\n# the tmux session '{session_name}' exists: "
+                       + ("--replace would stop it first" if replace else "without --replace vf-rl would refuse"))
+        raise typer.Exit(0)
+    if exists:
+        lifecycle.stop_run(srv, session_name, echo=typer.echo)
+    inference = plan.config.inference
+    if inference.port == 0:
+        inference.port = free_port(inference.host)
+    elif port_in_use(inference.host, inference.port):
+        fail(f"{config_path}: inference.port = {inference.port} is already in use on {inference.host}; "
+             f"choose another port, or set inference.port = 0 to pick a free one.")
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    write_config(cfg, run_dir / "config.toml")
+    write_config(plan.config, run_dir / "config.toml")
     key_file = run_dir / ".api_key"
     key_file.touch(mode=0o600)
     key_file.write_text(secrets.token_urlsafe(24))
-    workdir = Path.cwd()
     plan.inference.script.write_text(pane_script(plan.inference, run_dir, workdir))
     plan.trainer.script.write_text(pane_script(plan.trainer, run_dir, workdir, trainer_epilogue(run_dir)))
     tmux.start_session(srv, plan, workdir)
     typer.echo(f"vf-rl: run directory {run_dir}")
     typer.echo(f"vf-rl: tmux session '{session_name}' started (inference on {plan.device}, "
-               f"vLLM at http://{host}:{cfg.inference.port}/v1)")
+               f"vLLM at http://{inference.host}:{inference.port}/v1)")
     if attach is None:
         attach = sys.stdout.isatty()
     if attach:
         sock = ["-L", tmux_socket] if tmux_socket else []
         os.execvp("tmux", ["tmux", *sock, "attach", "-t", session_name])
-    typer.echo(f"vf-rl: watch with `tmux {'-L ' + tmux_socket + ' ' if tmux_socket else ''}attach -t {session_name}`")
+    typer.echo(f"vf-rl: watch with `{tmux_hint(tmux_socket)} attach -t {session_name}`; stop with "
+               f"`vf-rl stop {session_name}` or Ctrl-C here")
     raise typer.Exit(wait_for_trainer(srv, session_name, run_dir))
+
+
+def pick_session(srv, session: str | None, socket_name: str | None) -> tuple[str, Path]:
+    """The named vf-rl session, or the only one running; one clear line otherwise."""
+    runs = tmux.run_sessions(srv)
+    where = f" on tmux socket '{socket_name}'" if socket_name else ""
+    if session is not None:
+        if session not in runs:
+            have = ", ".join(runs) or "none"
+            fail(f"no vf-rl session named '{session}'{where} (running: {have})")
+        return session, runs[session]
+    if len(runs) == 1:
+        return next(iter(runs.items()))
+    if not runs:
+        fail(f"no vf-rl session is running{where}")
+    fail(f"{len(runs)} vf-rl sessions are running{where} ({', '.join(runs)}); name one")
+
+
+@app.command("stop")
+def stop(
+    session: Annotated[Optional[str], typer.Argument(help="Session name \\[default: the only vf-rl session].")] = None,
+    tmux_socket: SocketOption = None,
+    timeout: Annotated[float, typer.Option(help="Seconds the trainer gets to finish its step after Ctrl-C.")] = 60,
+) -> None:
+    """Stop a run cleanly: Ctrl-C to the trainer, inference server stopped, no process left, session closed."""
+    srv = tmux.server(tmux_socket)
+    name, run_dir = pick_session(srv, session, tmux_socket)
+    killed = lifecycle.stop_run(srv, name, trainer_grace=timeout, echo=typer.echo)
+    code = (run_dir / "trainer.exitcode").read_text().strip() if (run_dir / "trainer.exitcode").exists() else "?"
+    typer.echo(f"vf-rl: stopped '{name}' (trainer exit code {code}"
+               + (f"; {len(killed)} process(es) needed SIGKILL" if killed else "") + f"); run directory {run_dir}")
+
+
+@app.command("status")
+def status(tmux_socket: SocketOption = None) -> None:
+    """One line per vf-rl session: trainer and inference state, last step and reward, run directory."""
+    srv = tmux.server(tmux_socket)
+    runs = tmux.run_sessions(srv)
+    if not runs:
+        typer.echo("no vf-rl session is running" + (f" on tmux socket '{tmux_socket}'" if tmux_socket else ""))
+    for name, run_dir in runs.items():
+        typer.echo(lifecycle.status_line(srv, name, run_dir))
+
+
+@app.command("logs")
+def logs(
+    target: Annotated[Optional[str], typer.Argument(metavar="[SESSION|RUN_DIR]", help="A vf-rl session or a run directory \\[default: the only vf-rl session].")] = None,
+    pane: Annotated[str, typer.Option("--pane", "-p", help="inference or trainer.")] = "trainer",
+    lines: Annotated[int, typer.Option("--lines", "-n", help="Lines of the log to show first.")] = 40,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the run ends (or Ctrl-C).")] = False,
+    tmux_socket: SocketOption = None,
+) -> None:
+    """Print a pane's log (logs/trainer.log or logs/inference.log of the run)."""
+    if pane not in ("inference", "trainer"):
+        fail(f"--pane {pane}: choose inference or trainer")
+    if target is not None and (Path(target) / "logs").is_dir():
+        run_dir = Path(target)
+    else:
+        _, run_dir = pick_session(tmux.server(tmux_socket), target, tmux_socket)
+    path = run_dir / "logs" / f"{pane}.log"
+    text, end = lifecycle.tail(path, lines)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    if follow:
+        def write(chunk: str) -> None:
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+
+        try:
+            lifecycle.follow(path, end, lambda: lifecycle.run_ended(run_dir, pane), write)
+        except KeyboardInterrupt:
+            pass
 
 
 @app.command("plot")
@@ -133,56 +258,27 @@ def plot(
 
 
 def wait_for_trainer(srv, session_name: str, run_dir: Path) -> int:
-    """Stream the trainer log until it exits; then make sure inference is down and close the session."""
-    log = run_dir / "logs" / "trainer.log"
+    """Stream the trainer log until it exits; then stop the run (the `vf-rl stop` path) and return its code."""
     exit_file = run_dir / "trainer.exitcode"
-    pos = 0
+    code = 1
     try:
-        while True:
-            if log.exists():
-                with open(log, "rb") as f:
-                    f.seek(pos)
-                    chunk = f.read()
-                    pos += len(chunk)
-                if chunk:
-                    sys.stdout.write(chunk.decode(errors="replace"))
-                    sys.stdout.flush()
-            if exit_file.exists():
-                code = int(exit_file.read_text().strip() or 1)
-                break
-            if not srv.has_session(session_name):
-                typer.secho("vf-rl: the tmux session was closed before the trainer finished", err=True)
-                return 1
-            time.sleep(0.5)
+        lifecycle.follow(run_dir / "logs" / "trainer.log", 0,
+                         lambda: exit_file.exists() or not tmux.session_exists(srv, session_name), sys.stdout.write)
+        if exit_file.exists():
+            code = int(exit_file.read_text().strip() or 1)
+        else:
+            typer.secho("vf-rl: the tmux session was closed before the trainer finished", err=True)
     except KeyboardInterrupt:
         typer.echo("vf-rl: interrupted; stopping the run")
         code = 130
-    stop_inference(run_dir)
-    if srv.has_session(session_name):
-        srv.kill_session(session_name)
+    lifecycle.stop_run(srv, session_name, echo=typer.echo)
     return code
-
-
-def stop_inference(run_dir: Path, timeout: float = 60) -> None:
-    import signal
-
-    pid_file = run_dir / "inference.pid"
-    if not pid_file.exists():
-        return
-    pid = int(pid_file.read_text())
-    try:
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.time() + timeout
-        while Path(f"/proc/{pid}").exists():
-            if time.time() > deadline:
-                os.kill(pid, signal.SIGKILL)
-            time.sleep(0.5)
-    except ProcessLookupError:
-        pass
 
 
 def main() -> None:
     argv = sys.argv[1:]
     if argv[:1] == ["@"]:  # `vf-rl @ file.toml [options]`
         argv = ["run", *argv[1:]]
-    app(args=argv, prog_name="vf-rl")
+    from vfrl.launcher.resume import with_resume_default
+
+    app(args=with_resume_default(argv), prog_name="vf-rl")

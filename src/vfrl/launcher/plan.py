@@ -1,6 +1,11 @@
 """The launch plan: which devices each pane gets and the exact script each pane runs.
 
 Pure functions of (config, run dir, machine): unit-testable without GPUs, tmux or vLLM.
+
+    8 GPUs, inference.gpus = 6, trainer.gpus = 2, tensor_parallel_size = 2
+      Inference  CUDA_VISIBLE_DEVICES=0,1,2,3,4,5   vLLM: 3 data-parallel replicas x 2-way tensor parallel
+      Trainer    CUDA_VISIBLE_DEVICES=6,7           accelerate launch --num-processes 2 --config-file ddp.yaml
+    no GPU: vLLM's threads bound to the first half of the cores, the trainer gets the rest
 """
 
 from __future__ import annotations
@@ -13,7 +18,22 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vfrl.config import RLConfig
+from vfrl.bundle import bundled
+from vfrl.config import ACCELERATE_CONFIGS, RLConfig
+
+
+class PlanError(Exception):
+    """A config that is valid on paper but cannot run on this machine: (dotted key, value, what is allowed)."""
+
+    def __init__(self, key: str, value, allowed: str):
+        self.key, self.value, self.allowed = key, value, allowed
+        super().__init__(f"{key} = {value} is invalid: {allowed}")
+
+
+@dataclass(frozen=True)
+class Machine:
+    gpus: int
+    cpus: int
 
 
 @dataclass
@@ -34,6 +54,10 @@ class Plan:
     trainer_devices: list[int]
     inference: PanePlan
     trainer: PanePlan
+    config: RLConfig  # the resolved config the panes read (vf-rl writes it to run_dir/config.toml)
+    tensor_parallel: int = 1
+    data_parallel: int = 1
+    trainer_processes: int = 1
 
 
 def count_gpus() -> int:
@@ -50,12 +74,17 @@ def count_gpus() -> int:
     return sum(1 for line in out.splitlines() if line.startswith("GPU "))
 
 
+def detect_machine() -> Machine:
+    return Machine(gpus=count_gpus(), cpus=len(os.sched_getaffinity(0)))
+
+
 def split_gpus(inference_gpus: int, trainer_gpus: int, present: int) -> tuple[list[int], list[int]]:
     """Contiguous split, inference first: 6 + 2 of 8 -> [0..5], [6, 7]."""
     if inference_gpus + trainer_gpus > present:
-        raise ValueError(
-            f"inference.gpus ({inference_gpus}) + trainer.gpus ({trainer_gpus}) = "
-            f"{inference_gpus + trainer_gpus} GPUs requested, {present} present"
+        raise PlanError(
+            "inference.gpus + trainer.gpus", inference_gpus + trainer_gpus,
+            f"this machine has {present} GPU{'s' * (present != 1)}; lower inference.gpus ({inference_gpus}) "
+            f"or trainer.gpus ({trainer_gpus})",
         )
     return list(range(inference_gpus)), list(range(inference_gpus, inference_gpus + trainer_gpus))
 
@@ -72,27 +101,48 @@ def console_script(name: str) -> str:
     return str(local) if local.exists() else name
 
 
-def make_plan(cfg: RLConfig, run_dir: Path, session: str, gpus_present: int, ncpu: int) -> Plan:
+def accelerate_config_file(name_or_path: str, workdir: Path) -> Path:
+    if name_or_path in ACCELERATE_CONFIGS:
+        return bundled("configs", "accelerate", f"{name_or_path}.yaml")
+    path = (workdir / name_or_path).resolve()
+    if not path.is_file():
+        raise PlanError("trainer.accelerate_config", f'"{name_or_path}"',
+                        f"no such file (from {workdir}); use one of {', '.join(ACCELERATE_CONFIGS)} or a path "
+                        f"to an accelerate YAML")
+    return path
+
+
+def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, workdir: Path | None = None) -> Plan:
+    workdir = workdir or Path.cwd()
     run_dir = run_dir.resolve()
+    cfg = cfg.model_copy(deep=True)
     config_file = run_dir / "config.toml"
     inf_env: dict[str, str] = {}
     tr_env: dict[str, str] = {}
-    use_gpu = gpus_present > 0 and cfg.inference.gpus > 0
+    use_gpu = machine.gpus > 0 and cfg.inference.gpus > 0
+    tp = dp = 1
     if use_gpu:
-        inf_dev, tr_dev = split_gpus(cfg.inference.gpus, cfg.trainer.gpus, gpus_present)
+        inf_dev, tr_dev = split_gpus(cfg.inference.gpus, cfg.trainer.gpus, machine.gpus)
         inf_env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, inf_dev))
         tr_env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, tr_dev))
+        tp = int(cfg.inference.args.get("tensor_parallel_size", 1))
+        dp = len(inf_dev) // tp  # RLConfig checked that tp divides inference.gpus
+        if dp > 1:
+            cfg.inference.args["data_parallel_size"] = dp
     else:
         inf_dev, tr_dev = [], []
-        cores, trainer_threads = split_cpus(ncpu)
+        cores, trainer_threads = split_cpus(machine.cpus)
         inf_env["CUDA_VISIBLE_DEVICES"] = ""
         inf_env["VLLM_CPU_OMP_THREADS_BIND"] = f"{cores[0]}-{cores[-1]}" if len(cores) > 1 else str(cores[0])
         tr_env["CUDA_VISIBLE_DEVICES"] = ""
         tr_env["OMP_NUM_THREADS"] = str(trainer_threads)
     inf_cmd = [console_script("vf-vllm"), "@", str(config_file), "--pid-file", str(run_dir / "inference.pid")]
-    if len(tr_dev) > 1:
-        tr_cmd = [console_script("accelerate"), "launch", "--num-processes", str(len(tr_dev)),
-                  "--module", "vfrl.trainer.cli", "@", str(config_file)]
+    processes = max(1, len(tr_dev))
+    if processes > 1:
+        # the vf-train console script is a Python file: accelerate runs it in each process
+        tr_cmd = [console_script("accelerate"), "launch", "--config-file",
+                  str(accelerate_config_file(cfg.trainer.accelerate_config, workdir)),
+                  "--num-processes", str(processes), console_script("vf-train"), "@", str(config_file)]
     else:
         tr_cmd = [console_script("vf-train"), "@", str(config_file)]
     logs = run_dir / "logs"
@@ -101,28 +151,60 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, gpus_present: int, ncp
         inference_devices=inf_dev, trainer_devices=tr_dev,
         inference=PanePlan("Inference", run_dir / "inference.sh", inf_env, inf_cmd, logs / "inference.log"),
         trainer=PanePlan("Trainer", run_dir / "trainer.sh", tr_env, tr_cmd, logs / "trainer.log"),
+        config=cfg, tensor_parallel=tp, data_parallel=dp, trainer_processes=processes,
     )
 
 
 def pane_script(pane: PanePlan, run_dir: Path, workdir: Path, after: list[str] = ()) -> str:
-    """A readable bash script: environment, the command teed to its log, what to do after."""
+    """A readable bash script: environment, the command teed to its log, what to do after.
+
+    Ctrl-C in the pane reaches the whole pipeline: the command stops, `tee -i` keeps copying its last
+    words to the log, and the INT trap lets the script go on to the lines after it (the trainer's
+    epilogue stops the inference server).
+    """
     lines = ["#!/usr/bin/env bash", f"# vf-rl {pane.title.lower()} pane", "set -o pipefail",
-             f"cd {shlex.quote(str(workdir))}"]
+             "trap : INT TERM", f"cd {shlex.quote(str(workdir))}"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in pane.env.items()]
     lines.append(f'export VFRL_API_KEY="$(cat {shlex.quote(str(run_dir / ".api_key"))})"')
-    lines.append(f"{shlex.join(pane.command)} 2>&1 | tee -a {shlex.quote(str(pane.log))}")
-    lines.append("code=${PIPESTATUS[0]}")
+    lines.append(f"{shlex.join(pane.command)} 2>&1 | tee -i -a {shlex.quote(str(pane.log))}; code=${{PIPESTATUS[0]}}")
     lines += list(after)
     lines.append("exit $code")
     return "\n".join(lines) + "\n"
 
 
-def trainer_epilogue(run_dir: Path) -> list[str]:
-    """After the trainer: record its exit code (atomically), then stop the inference server."""
+def trainer_epilogue(run_dir: Path, grace_s: int = 30) -> list[str]:
+    """After the trainer: record its exit code (atomically), then stop the inference server and wait for it."""
     q = lambda p: shlex.quote(str(run_dir / p))  # noqa: E731
     return [
         f"echo $code > {q('trainer.exitcode.tmp')} && mv {q('trainer.exitcode.tmp')} {q('trainer.exitcode')}",
-        f"[ -f {q('inference.pid')} ] && kill -TERM \"$(cat {q('inference.pid')})\" 2>/dev/null",
+        f"pid=$(cat {q('inference.pid')} 2>/dev/null)",
+        'if [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; then',
+        f'  for _ in $(seq {grace_s * 2}); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done',
+        '  kill -KILL "$pid" 2>/dev/null',
+        "fi",
         f"rm -f {q('.api_key')}",
         'echo "vf-rl: trainer exited with code $code; inference server stopped."',
     ]
+
+
+def render_plan(plan: Plan, workdir: Path, machine: Machine, socket_name: str | None) -> str:
+    """What `--dry-run` prints: the machine, the split, the run directory, and each pane's exact script."""
+    if plan.device == "cuda":
+        devices = (f"inference GPUs {','.join(map(str, plan.inference_devices))} (vLLM: {plan.data_parallel} "
+                   f"data-parallel x {plan.tensor_parallel} tensor-parallel); trainer GPUs "
+                   f"{','.join(map(str, plan.trainer_devices)) or 'none'} ({plan.trainer_processes} process"
+                   f"{'es' * (plan.trainer_processes > 1)})")
+    else:
+        devices = (f"no GPU in use: inference on cores {plan.inference.env['VLLM_CPU_OMP_THREADS_BIND']}, "
+                   f"trainer with {plan.trainer.env['OMP_NUM_THREADS']} thread(s)")
+    out = [
+        f"machine:        {machine.gpus} GPU(s), {machine.cpus} CPU core(s)",
+        f"devices:        {devices}",
+        f"run directory:  {plan.run_dir}",
+        f"tmux session:   {plan.session}" + (f" (socket -L {socket_name})" if socket_name else ""),
+        f"vLLM endpoint:  http://{plan.config.inference.host}:{plan.config.inference.port}/v1"
+        + (" (port 0: a free port is picked at launch)" if plan.config.inference.port == 0 else ""),
+    ]
+    for pane, after in ((plan.inference, []), (plan.trainer, trainer_epilogue(plan.run_dir))):
+        out += ["", f"--- pane {pane.title}: {pane.script} ---", pane_script(pane, plan.run_dir, workdir, after).rstrip()]
+    return "\n".join(out)

@@ -1,12 +1,28 @@
-"""The tmux session of a run: one window, two titled panes (Inference | Trainer)."""
+"""The tmux session of a run: one window, two titled panes (Inference | Trainer).
+
+The session records its run in tmux user options, so `vf-rl stop/status/logs` find it from the
+session name alone: @vfrl-run-dir, @vfrl-inference-pane, @vfrl-trainer-pane (pane ids).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import libtmux
 
 from vfrl.launcher.plan import Plan
+
+RUN_DIR_OPTION = "@vfrl-run-dir"
+PANE_OPTION = {"inference": "@vfrl-inference-pane", "trainer": "@vfrl-trainer-pane"}
+
+
+@dataclass
+class PaneState:
+    pane_id: str
+    pid: int  # the pane's shell: a session leader, so its processes have this session id
+    dead: bool
+    exit_status: int | None
 
 
 def server(socket_name: str | None) -> libtmux.Server:
@@ -15,7 +31,7 @@ def server(socket_name: str | None) -> libtmux.Server:
 
 def session_exists(srv: libtmux.Server, name: str) -> bool:
     try:
-        return srv.has_session(name)
+        return srv.has_session(name, exact=True)
     except Exception:  # no tmux server running yet
         return False
 
@@ -34,6 +50,47 @@ def start_session(srv: libtmux.Server, plan: Plan, workdir: Path) -> libtmux.Ses
     trainer = window.split(shell=f"bash {plan.trainer.script}", start_directory=str(workdir))
     inference.cmd("select-pane", "-T", plan.inference.title)
     trainer.cmd("select-pane", "-T", plan.trainer.title)
+    session.set_option(RUN_DIR_OPTION, str(plan.run_dir))
+    session.set_option(PANE_OPTION["inference"], inference.pane_id)
+    session.set_option(PANE_OPTION["trainer"], trainer.pane_id)
     window.select_layout("even-horizontal")
     trainer.select()
     return session
+
+
+def option(srv: libtmux.Server, session: str, name: str) -> str | None:
+    res = srv.cmd("show-options", "-t", session, "-v", name)
+    return res.stdout[0].strip() if res.returncode == 0 and res.stdout else None
+
+
+def run_sessions(srv: libtmux.Server) -> dict[str, Path]:
+    """{session name: run dir} of the vf-rl sessions on this tmux server."""
+    try:
+        names = [s.session_name for s in srv.sessions]
+    except Exception:  # no server
+        return {}
+    out = {}
+    for name in names:
+        if run_dir := option(srv, name, RUN_DIR_OPTION):
+            out[name] = Path(run_dir)
+    return out
+
+
+def pane_state(srv: libtmux.Server, session: str, role: str) -> PaneState | None:
+    pane_id = option(srv, session, PANE_OPTION[role])
+    if not pane_id:
+        return None
+    res = srv.cmd("display-message", "-p", "-t", pane_id, "#{pane_pid} #{pane_dead} #{pane_dead_status}")
+    if res.returncode != 0 or not res.stdout:
+        return None
+    pid, dead, *status = res.stdout[0].split()
+    return PaneState(pane_id, int(pid), dead == "1", int(status[0]) if status else None)
+
+
+def send_ctrl_c(srv: libtmux.Server, pane_id: str) -> None:
+    srv.cmd("send-keys", "-t", pane_id, "C-c")
+
+
+def kill_session(srv: libtmux.Server, session: str) -> None:
+    if session_exists(srv, session):
+        srv.cmd("kill-session", "-t", f"={session}")

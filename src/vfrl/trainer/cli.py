@@ -29,7 +29,11 @@ def train(
     run_dir = config_path.resolve().parent
     host = "127.0.0.1" if cfg.inference.host in ("0.0.0.0", "::") else cfg.inference.host
     url = base_url or f"http://{host}:{cfg.inference.port}/v1"
-    RLTrainer(cfg, run_dir, url, os.environ.get(API_KEY_ENV, "EMPTY")).train()
+    try:
+        RLTrainer(cfg, run_dir, url, os.environ.get(API_KEY_ENV, "EMPTY")).train()
+    except KeyboardInterrupt:  # Ctrl-C in the pane or `vf-rl stop`: adapters are written atomically, so whole
+        print("vf-train: interrupted; the adapters in the run directory are complete", flush=True)
+        raise typer.Exit(130)
 
 
 def main() -> None:

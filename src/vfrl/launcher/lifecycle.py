@@ -1,0 +1,113 @@
+"""Life of a running session for people not attached: stop it cleanly, show its state, read its logs.
+
+Stopping takes the path of a Ctrl-C in the trainer pane: the trainer gets SIGINT, finishes or drops
+its step (adapters are written atomically, so the last one on disk is whole), its pane script
+records the exit code and stops the inference server. Whatever is still alive after that (a stuck
+process, a child that escaped) gets SIGTERM, then SIGKILL; then the tmux session is closed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+import libtmux
+
+from vfrl.launcher import procs, tmux
+
+
+def wait_dead(srv: libtmux.Server, session: str, role: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = tmux.pane_state(srv, session, role)
+        if state is None or state.dead:
+            return True
+        time.sleep(0.3)
+    return False
+
+
+def stop_run(srv: libtmux.Server, session: str, trainer_grace: float = 60, grace: float = 30,
+             echo: Callable[[str], None] = print) -> set[int]:
+    """Stop both panes of a vf-rl session and close it. Returns pids that needed SIGKILL (ideally none)."""
+    panes = {role: tmux.pane_state(srv, session, role) for role in ("inference", "trainer")}
+    leaders = [p.pid for p in panes.values() if p]
+    run_processes = procs.pane_processes(leaders)
+    killed: set[int] = set()
+    trainer = panes["trainer"]
+    if trainer and not trainer.dead:
+        echo(f"vf-rl: stopping '{session}': Ctrl-C to the trainer (waits up to {trainer_grace:.0f}s for its step)")
+        tmux.send_ctrl_c(srv, trainer.pane_id)
+        if not wait_dead(srv, session, "trainer", trainer_grace):
+            echo("vf-rl: the trainer did not stop; terminating it")
+            killed |= procs.terminate(procs.pane_processes([trainer.pid]), grace=10)
+    inference = panes["inference"]
+    if inference and not wait_dead(srv, session, "inference", grace):
+        echo("vf-rl: the inference server did not stop; terminating it")
+        killed |= procs.terminate(procs.pane_processes([inference.pid]), grace=10)
+    # children (vLLM's engine core) may still be finishing their own shutdown: give them a moment
+    left = procs.wait_gone(run_processes | procs.pane_processes(leaders), timeout=grace / 3)
+    if left:
+        echo(f"vf-rl: terminating {len(left)} leftover process(es) of the run: {procs.describe(left)}")
+        killed |= procs.terminate(left, grace=5)
+    tmux.kill_session(srv, session)
+    return killed
+
+
+def last_metrics(run_dir: Path) -> dict | None:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return None
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    try:
+        return json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:  # a line being written
+        return json.loads(lines[-2]) if len(lines) > 1 else None
+
+
+def describe_pane(state: tmux.PaneState | None) -> str:
+    if state is None:
+        return "gone"
+    return f"exited {state.exit_status}" if state.dead else "running"
+
+
+def status_line(srv: libtmux.Server, session: str, run_dir: Path) -> str:
+    trainer = tmux.pane_state(srv, session, "trainer")
+    inference = tmux.pane_state(srv, session, "inference")
+    m = last_metrics(run_dir)
+    progress = (f"step {m['step']}/{m['max_steps']}, reward {m['reward_mean']:.3f}" if m
+                else "no step yet")
+    return (f"{session}: trainer {describe_pane(trainer)}, inference {describe_pane(inference)}, {progress} "
+            f"| {run_dir}")
+
+
+def run_ended(run_dir: Path, pane: str) -> bool:
+    if not (run_dir / "trainer.exitcode").exists():
+        return False
+    if pane == "inference" and (pid_file := run_dir / "inference.pid").is_file():
+        return procs.alive({int(pid_file.read_text() or 0)}) == set()
+    return True
+
+
+def tail(path: Path, lines: int) -> tuple[str, int]:
+    """The last `lines` lines of a file and the byte offset of its end."""
+    data = path.read_bytes() if path.is_file() else b""
+    kept = data.splitlines(keepends=True)[-lines:] if lines > 0 else []
+    return b"".join(kept).decode(errors="replace"), len(data)
+
+
+def follow(path: Path, pos: int, until: Callable[[], bool], write: Callable[[str], None], poll: float = 0.5) -> None:
+    """Write what is appended to path from byte `pos` on, until `until()` is true (then the rest)."""
+    while True:
+        done = until()
+        if path.is_file():
+            with open(path, "rb") as f:
+                f.seek(pos)
+                chunk = f.read()
+            pos += len(chunk)
+            if chunk:
+                write(chunk.decode(errors="replace"))
+        if done:
+            return
+        time.sleep(poll)
