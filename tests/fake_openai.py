@@ -98,6 +98,7 @@ class FakeOpenAI:
                     max_tokens=None, **kwargs):
         self.calls.append(("chat", {"messages": messages, "tools": tools, "tool_choice": tool_choice, **kwargs}))
         assert logprobs is True and extra_body["return_token_ids"] is True
+        await asyncio.sleep(0)  # a request is a suspension point, as over the network
         if tools and tool_choice is None and not self.tool_parser:
             raise self._bad_request('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
         prompt_ids = encode(self.render(messages, add_generation_prompt=True))

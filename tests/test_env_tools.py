@@ -122,3 +122,14 @@ def test_stateful_tool_env_injects_hidden_arguments_from_state():
     r, state, _ = run_tool_env(env, replies)
     assert state["notebook"] == ["a", "b"]  # the model's own `notebook` argument was dropped
     assert [m["content"] for m in r.completion if m["role"] == "tool"] == ["1 notes", "2 notes"]
+
+
+def test_concurrent_rollouts_all_recover_when_the_server_refuses_auto_tool_choice():
+    env = vfrl.ToolEnv(tools=[add], dataset=[{"question": "q"}])
+    client = FakeOpenAI(lambda prompt: "no tools needed", delay=0.01)
+
+    async def many():
+        return await asyncio.gather(*(env.rollout(client, "m", env.dataset[0], 0, {}) for _ in range(4)))
+
+    assert all(r.completion[-1]["content"] == "no tools needed" for r in asyncio.run(many()))
+    assert env.sampler_flags["tool_choice"] == "none"

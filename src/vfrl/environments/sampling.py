@@ -130,7 +130,7 @@ class TurnSampler:
         try:
             return await self.client.chat.completions.create(model=self.model, messages=messages, **kwargs)
         except Exception as e:
-            if not (self.tools and "tool-call-parser" in str(e) and self.flags.get("tool_choice") != "none"):
+            if not (self.tools and "tool_choice" not in kwargs and "tool-call-parser" in str(e)):
                 raise
             # vLLM started without --enable-auto-tool-choice: tools still reach the template, and
             # the calls are read from the reply text (parse_tool_calls)
