@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class Strict(BaseModel):
@@ -82,10 +82,38 @@ class TrainerArgs(Strict):
     weight_decay: float = Field(0.0, ge=0)
     bf16: bool = False
     gradient_checkpointing: bool = False
-    # loss
-    mask_ratio_low: float = Field(0.125, ge=0)
-    mask_ratio_high: float = Field(8.0, gt=0)
-    scale_rewards: bool = False
+    # ---- algorithm: advantages, loss, masking (issue 5; see trainer/loss.py, normalization.py, batch.py) ----
+    loss_type: Literal["ratio_mask", "ppo_clip", "gspo"] = Field(
+        "ratio_mask", description="Policy loss: token ratio masking, PPO clipping, or GSPO's sequence ratio.")
+    loss_normalization: Literal["dapo", "dr_grpo", "grpo"] = Field(
+        "dapo", description="Per token over the batch (dapo), / (sequences * max_tokens) (dr_grpo), per sequence (grpo).")
+    mask_ratio_low: float = Field(0.125, ge=0, description="ratio_mask: drop tokens whose ratio is below this.")
+    mask_ratio_high: float = Field(8.0, gt=0, description="ratio_mask: drop tokens whose ratio is above this.")
+    epsilon: float = Field(0.2, gt=0, lt=1, description="ppo_clip/gspo: lower clip 1 - epsilon (GSPO paper: 3e-4).")
+    epsilon_high: float | None = Field(None, gt=0, description="ppo_clip/gspo: upper clip 1 + epsilon_high; unset = epsilon.")
+    beta: float = Field(0.0, ge=0, description="KL penalty weight against the reference policy (the base model).")
+    num_iterations: int = Field(1, ge=1, description="Optimizer updates per batch (PPO epochs).")
+    scale_rewards: bool = Field(False, description="Divide advantages by the group's reward std.")
+    mask_env_responses: bool = Field(True, description="Environment tokens in a completion get no loss.")
+    mask_truncated_completions: bool = Field(False, description="Truncated rollouts get no loss.")
+    zero_truncated_completions: bool = Field(False, description="Truncated rollouts get reward 0.")
+    logprob_chunk_size: int = Field(1024, ge=1, description="Token positions per lm_head chunk (caps logits memory).")
+
+    @field_validator("loss_type", mode="before")
+    @classmethod
+    def _trl_loss_type(cls, v: Any) -> Any:
+        if v in ("dapo", "dr_grpo", "grpo", "bnpo"):
+            raise ValueError(f"{v!r} is a normalization (TRL's loss_type); here that key is "
+                             f"loss_normalization = {v!r}, and loss_type picks ratio_mask, ppo_clip or gspo")
+        return v
+
+    @model_validator(mode="after")
+    def _loss_bounds(self) -> "TrainerArgs":
+        if self.mask_ratio_low >= self.mask_ratio_high:
+            raise ValueError(f"mask_ratio_low ({self.mask_ratio_low}) must be below mask_ratio_high "
+                             f"({self.mask_ratio_high})")
+        return self
+    # ---- end of algorithm block ----
     # LoRA
     use_lora: bool = True
     lora_rank: int = Field(8, ge=1)

@@ -1,44 +1,84 @@
-"""Rollouts -> padded training tensors, aligned for next-token prediction."""
+"""Rollouts -> padded training tensors, aligned for next-token prediction.
+
+Which tokens get loss (verifiers' meaning of the three switches):
+- policy tokens (completion_mask 1, sampled by vLLM with a logprob) always, unless masked below;
+- environment tokens (completion_mask 0: tool/user turns inside a multi-turn completion) only when
+  `mask_env_responses = false`; they have no sampling logprob, so the trainer's own logprob at the
+  start of the step stands in for it (see trainer.train_step);
+- `mask_truncated_completions`: a truncated rollout gets no loss at all;
+- `zero_truncated_completions`: a truncated rollout's reward is 0 before advantages are computed.
+A rollout is truncated when vLLM stopped it at max_tokens (finish_reason "length") or when
+prompt + completion is cut at `max_seq_len` here.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
 from vfrl.environments.environment import Rollout
+from vfrl.trainer.advantages import group_advantages
 
 
 @dataclass
 class TrainBatch:
     input_ids: torch.Tensor  # (B, T)
     attention_mask: torch.Tensor  # (B, T)
-    loss_mask: torch.Tensor  # (B, T-1) 1 where position t predicts a policy token
-    sampling_logprobs: torch.Tensor  # (B, T-1)
+    loss_mask: torch.Tensor  # (B, T-1) 1 where position t predicts a token that gets loss
+    sampled_mask: torch.Tensor  # (B, T-1) bool: the predicted token was sampled by vLLM (has a sampling logprob)
+    sampling_logprobs: torch.Tensor  # (B, T-1) 0 where not sampled
     advantages: torch.Tensor  # (B,)
+    truncated: torch.Tensor  # (B,) bool
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
     def slice(self, start: int, stop: int) -> "TrainBatch":
-        return TrainBatch(*(t[start:stop] for t in (self.input_ids, self.attention_mask, self.loss_mask,
-                                                     self.sampling_logprobs, self.advantages)))
+        return TrainBatch(*(getattr(self, f.name)[start:stop] for f in fields(self)))
 
 
-def collate(rollouts: list[Rollout], advantages: torch.Tensor, max_seq_len: int, pad_id: int) -> TrainBatch:
+def is_truncated(rollout: Rollout, max_seq_len: int) -> bool:
+    return rollout.truncated or len(rollout.prompt_ids) + len(rollout.completion_ids) > max_seq_len
+
+
+def collate(rollouts: list[Rollout], advantages: torch.Tensor, max_seq_len: int, pad_id: int,
+            mask_env_responses: bool = True, mask_truncated_completions: bool = False) -> TrainBatch:
     seqs = [(r.prompt_ids + r.completion_ids)[:max_seq_len] for r in rollouts]
     T = max(len(s) for s in seqs)
     B = len(seqs)
     input_ids = torch.full((B, T), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((B, T), dtype=torch.long)
     loss_mask = torch.zeros((B, T - 1), dtype=torch.float32)
+    sampled_mask = torch.zeros((B, T - 1), dtype=torch.bool)
     sampling_logprobs = torch.zeros((B, T - 1), dtype=torch.float32)
+    truncated = torch.tensor([is_truncated(r, max_seq_len) for r in rollouts], dtype=torch.bool)
     for i, (r, seq) in enumerate(zip(rollouts, seqs)):
         input_ids[i, : len(seq)] = torch.tensor(seq)
         attention_mask[i, : len(seq)] = 1
         P = len(r.prompt_ids)
         n = max(len(seq) - P, 0)  # completion tokens that survived truncation
         # completion token j sits at index P + j and is predicted from position P + j - 1
-        loss_mask[i, P - 1 : P - 1 + n] = torch.tensor(r.completion_mask[:n], dtype=torch.float32)
-        sampling_logprobs[i, P - 1 : P - 1 + n] = torch.tensor(r.completion_logprobs[:n])
-    return TrainBatch(input_ids, attention_mask, loss_mask, sampling_logprobs, advantages.float())
+        span = slice(P - 1, P - 1 + n)
+        sampled = torch.tensor(r.completion_mask[:n], dtype=torch.bool)
+        sampled_mask[i, span] = sampled
+        sampling_logprobs[i, span] = torch.tensor(r.completion_logprobs[:n]) * sampled
+        if not (mask_truncated_completions and truncated[i]):
+            loss_mask[i, span] = (sampled | (not mask_env_responses)).float()
+    return TrainBatch(input_ids, attention_mask, loss_mask, sampled_mask, sampling_logprobs,
+                      advantages.float(), truncated)
+
+
+def train_rewards(rollouts: list[Rollout], max_seq_len: int, zero_truncated_completions: bool) -> torch.Tensor:
+    """The rewards the advantages are computed from: the rubric's, or 0 for a truncated rollout when asked."""
+    return torch.tensor([0.0 if zero_truncated_completions and is_truncated(r, max_seq_len) else r.reward
+                         for r in rollouts], dtype=torch.float32)
+
+
+def make_train_batch(rollouts: list[Rollout], args, pad_id: int) -> tuple[TrainBatch, torch.Tensor]:
+    """Rollouts of one step -> (TrainBatch, rewards used for the advantages). `args`: TrainerArgs."""
+    rewards = train_rewards(rollouts, args.max_seq_len, args.zero_truncated_completions)
+    advantages = group_advantages(rewards, args.rollouts_per_example, args.scale_rewards)
+    batch = collate(rollouts, advantages, args.max_seq_len, pad_id, args.mask_env_responses,
+                    args.mask_truncated_completions)
+    return batch, rewards

@@ -1,12 +1,91 @@
-"""Per-token logprobs of given tokens under the model."""
+"""Per-token logprobs (and entropy) of given tokens, without a full-vocabulary logits tensor.
+
+The naive way, `model(ids).logits.float()`, holds a (B, T, V) fp32 tensor, and autograd keeps it
+(and its gradient) for backward: with Qwen's V = 151936 that is 0.6 MB per token, each.
+Here the model runs to its last hidden state only (`logits_to_keep` selects no position), then
+lm_head runs over chunks of `chunk_size` token positions, and only at the positions asked for
+(the trainer asks for loss tokens, not prompts). Each chunk sits under activation checkpointing:
+autograd keeps the chunk's hidden states and recomputes its logits in backward, so at most one
+(chunk_size, V) block of logits exists at a time. benchmarks/logprob_memory.py measures the effect.
+"""
+
+from __future__ import annotations
 
 import torch
+from torch.utils.checkpoint import checkpoint
+
+_NO_POSITION = torch.empty(0, dtype=torch.long)
 
 
-def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, lm_head, temperature: float,
+                    with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """hidden: (N, H), targets: (N,) -> logprob of each target (N,), entropy (N,) (or empty)."""
+    logits = lm_head(hidden).float() / temperature  # (N, V): the only full-vocabulary tensor
+    lse = torch.logsumexp(logits, dim=-1)
+    logprobs = logits.gather(-1, targets[:, None]).squeeze(-1) - lse
+    entropy = logprobs.new_empty(0)
+    if with_entropy:  # logged, never trained on
+        with torch.no_grad():
+            entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    return logprobs, entropy
+
+
+def _has_logit_transform(config) -> bool:
+    """Models whose logits are not plain lm_head(hidden) (Gemma-2 soft-capping, Cohere/Granite scaling)."""
+    return any(getattr(config, k, None) not in (None, 1.0) for k in ("final_logit_softcapping", "logit_scale",
+                                                                     "logits_scaling"))
+
+
+def naive_sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                            temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference implementation: full (B, T-1, V) fp32 logits. Returns (logprobs, entropy), (B, T-1) each."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float() / temperature
+    lse = torch.logsumexp(logits, dim=-1)
+    logprobs = logits.gather(-1, input_ids[:, 1:, None]).squeeze(-1) - lse
+    with torch.no_grad():
+        entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    return logprobs, entropy
+
+
+def sequence_logprobs_and_entropy(
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
+    positions: torch.Tensor | None = None, chunk_size: int = 1024, with_entropy: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """input_ids, attention_mask: (B, T) -> (logprobs, entropy), (B, T-1) each: logprob of token t+1 given
+    tokens <= t, and the entropy of that next-token distribution. Only `positions` ((B, T-1) bool;
+    default all) are computed; the rest are 0. Entropy is detached (and 0 unless `with_entropy`)."""
+    inner = getattr(model, "module", model)  # DDP-style wrappers
+    if positions is not None and not positions.any():  # nothing asked for: skip the forward pass
+        zeros = torch.zeros(positions.shape, dtype=torch.float32, device=positions.device)
+        return zeros, zeros.clone()
+    if _has_logit_transform(inner.config):
+        logprobs, entropy = naive_sequence_logprobs(model, input_ids, attention_mask, temperature)
+        if positions is not None:
+            logprobs, entropy = logprobs * positions, entropy * positions
+        return logprobs, entropy
+    out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
+                logits_to_keep=_NO_POSITION.to(input_ids.device))
+    hidden = out.hidden_states[-1][:, :-1]  # (B, T-1, H), after the final norm
+    if positions is None:
+        positions = torch.ones(hidden.shape[:2], dtype=torch.bool, device=hidden.device)
+    positions = positions.bool()
+    h, targets = hidden[positions], input_ids[:, 1:][positions]  # (N, H), (N,)
+    lm_head = inner.get_output_embeddings()
+    parts = []
+    for s in range(0, h.shape[0], chunk_size):
+        args = (h[s : s + chunk_size], targets[s : s + chunk_size], lm_head, temperature, with_entropy)
+        parts.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False) if torch.is_grad_enabled()
+                     else _chunk_logprobs(*args))
+    zeros = torch.zeros(positions.shape, dtype=torch.float32, device=hidden.device)
+    logprobs = zeros.masked_scatter(positions, torch.cat([p[0] for p in parts])) if parts else zeros
+    entropy = zeros.detach().clone()
+    if with_entropy and parts:
+        entropy = entropy.masked_scatter(positions, torch.cat([p[1] for p in parts]))
+    return logprobs, entropy
+
+
+def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
+                      positions: torch.Tensor | None = None, chunk_size: int = 1024) -> torch.Tensor:
     """input_ids, attention_mask: (B, T) -> logprob of token t+1 given tokens <= t: (B, T-1)."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]  # (B, T-1, V)
-    logits = logits.float() / temperature
-    targets = input_ids[:, 1:].unsqueeze(-1)  # (B, T-1, 1)
-    # logsumexp + gather instead of a full log_softmax tensor: one (B, T-1, V) buffer less
-    return logits.gather(-1, targets).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    return sequence_logprobs_and_entropy(model, input_ids, attention_mask, temperature, positions, chunk_size,
+                                         with_entropy=False)[0]

@@ -1,9 +1,20 @@
-"""Token-level importance-ratio policy-gradient loss (the default).
+"""Policy-gradient losses, per token. Reduction to one number is normalization.py's job.
 
-ratio_t = exp(logp_trainer_t - logp_sampler_t) corrects for the sampler being one policy step
-behind (and for any trainer/vLLM numerical mismatch). Tokens whose ratio leaves
-[mask_ratio_low, mask_ratio_high] are dropped from the loss rather than clipped.
+All take (B, T) trainer logprobs `logprobs`, the old policy's `old_logprobs` (the sampling
+logprobs vLLM returned: the behaviour policy that produced the tokens, held fixed for every one
+of `num_iterations` updates, as PPO holds its pi_old) and (B,) `advantages`; ratio = pi / pi_old.
+Each returns a PolicyLoss: the per-token loss and where a bound took the token's gradient away.
+
+  loss_type = "ratio_mask" (default, prime-rl style): -ratio * A; tokens with ratio outside
+              [mask_ratio_low, mask_ratio_high] are dropped.
+  loss_type = "ppo_clip"   (PPO / GRPO / DAPO clip-higher): -min(ratio * A, clip(ratio, 1 - epsilon,
+              1 + epsilon_high) * A).
+  loss_type = "gspo"       (GSPO): the PPO clip applied to the sequence ratio
+              exp(mean over the sequence's loss tokens of log ratio), shared by all its tokens.
+  beta > 0 adds beta * kl_penalty (k3 estimator of KL(pi || pi_ref)) per token.
 """
+
+from __future__ import annotations
 
 from dataclasses import dataclass
 
@@ -11,32 +22,57 @@ import torch
 
 
 @dataclass
-class LossStats:
-    masked_fraction: float  # share of loss tokens dropped for an out-of-range ratio
-    mismatch_kl: float  # mean k3 estimate of KL(sampler || trainer) over loss tokens
+class PolicyLoss:
+    per_token: torch.Tensor  # (B, T) loss of each token (before normalization and loss mask)
+    low: torch.Tensor  # (B, T) bool: the lower bound took this token's gradient away
+    high: torch.Tensor  # (B, T) bool: the upper bound did
 
 
-def importance_ratio_loss(
-    logprobs: torch.Tensor,  # (B, T) trainer logprobs of the sampled tokens
-    sampling_logprobs: torch.Tensor,  # (B, T) logprobs vLLM reported when sampling
-    advantages: torch.Tensor,  # (B,)
-    loss_mask: torch.Tensor,  # (B, T) 1 for policy tokens
-    num_loss_tokens: int,  # loss tokens in the whole batch: the normaliser (DAPO-style)
-    mask_ratio_low: float,
-    mask_ratio_high: float,
-) -> tuple[torch.Tensor, LossStats]:
-    mask = loss_mask.bool()
-    log_ratio = logprobs - sampling_logprobs  # (B, T)
-    ratio = torch.exp(log_ratio)
-    in_range = (ratio >= mask_ratio_low) & (ratio <= mask_ratio_high)
-    keep = mask & in_range
-    per_token = -ratio * advantages[:, None]  # (B, T)
-    loss = (per_token * keep).sum() / max(num_loss_tokens, 1)
-    with torch.no_grad():
-        n = mask.sum().clamp(min=1)
-        k3 = torch.exp(-log_ratio) - 1 + log_ratio  # >= 0, unbiased for KL(sampler || trainer)
-        stats = LossStats(
-            masked_fraction=float((mask & ~in_range).sum() / n),
-            mismatch_kl=float((k3 * mask).sum() / n),
-        )
-    return loss, stats
+def ratio_mask_loss(logprobs, old_logprobs, advantages, mask_ratio_low: float, mask_ratio_high: float) -> PolicyLoss:
+    ratio = torch.exp(logprobs - old_logprobs)
+    low, high = ratio < mask_ratio_low, ratio > mask_ratio_high
+    per_token = -ratio * advantages[:, None] * ~(low | high)
+    return PolicyLoss(per_token, low, high)
+
+
+def _clipped(ratio, advantages, epsilon: float, epsilon_high: float) -> PolicyLoss:
+    adv = advantages[:, None]
+    clipped = torch.clamp(ratio, 1 - epsilon, 1 + epsilon_high)
+    per_token = -torch.min(ratio * adv, clipped * adv)
+    # the min picks the clipped (constant) branch: below 1 - eps for A < 0, above 1 + eps_high for A > 0
+    return PolicyLoss(per_token, (ratio < 1 - epsilon) & (adv < 0), (ratio > 1 + epsilon_high) & (adv > 0))
+
+
+def ppo_clip_loss(logprobs, old_logprobs, advantages, epsilon: float, epsilon_high: float) -> PolicyLoss:
+    return _clipped(torch.exp(logprobs - old_logprobs), advantages, epsilon, epsilon_high)
+
+
+def gspo_loss(logprobs, old_logprobs, advantages, loss_mask, epsilon: float, epsilon_high: float) -> PolicyLoss:
+    n = loss_mask.sum(-1).clamp(min=1)
+    seq_log_ratio = ((logprobs - old_logprobs) * loss_mask).sum(-1) / n  # (B,)
+    ratio = torch.exp(seq_log_ratio)[:, None].expand_as(logprobs)
+    return _clipped(ratio, advantages, epsilon, epsilon_high)
+
+
+def kl_penalty(logprobs, ref_logprobs) -> torch.Tensor:
+    """k3 estimator of KL(pi || pi_ref) per token: exp(d) - d - 1 with d = ref - logp; >= 0, 0 iff equal."""
+    d = ref_logprobs - logprobs
+    return torch.exp(d) - d - 1
+
+
+def mismatch_kl(logprobs, sampling_logprobs) -> torch.Tensor:
+    """k3 estimate of KL(sampler || trainer) per token (sampled tokens): the trainer/vLLM mismatch signal."""
+    log_ratio = logprobs - sampling_logprobs
+    return torch.exp(-log_ratio) - 1 + log_ratio
+
+
+def policy_loss(loss_type: str, logprobs, old_logprobs, advantages, loss_mask, args) -> PolicyLoss:
+    """Dispatch on `loss_type`; `args` carries the bounds (TrainerArgs)."""
+    if loss_type == "ratio_mask":
+        return ratio_mask_loss(logprobs, old_logprobs, advantages, args.mask_ratio_low, args.mask_ratio_high)
+    eps_high = args.epsilon_high if args.epsilon_high is not None else args.epsilon
+    if loss_type == "ppo_clip":
+        return ppo_clip_loss(logprobs, old_logprobs, advantages, args.epsilon, eps_high)
+    if loss_type == "gspo":
+        return gspo_loss(logprobs, old_logprobs, advantages, loss_mask, args.epsilon, eps_high)
+    raise ValueError(f"unknown loss_type {loss_type!r}")

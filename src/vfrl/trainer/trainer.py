@@ -19,10 +19,12 @@ import torch
 
 from vfrl.config import RLConfig
 from vfrl.environments.loader import load_environment
-from vfrl.trainer.advantages import group_advantages
-from vfrl.trainer.batch import collate
-from vfrl.trainer.logprobs import sequence_logprobs
-from vfrl.trainer.loss import importance_ratio_loss
+from vfrl.trainer.advantages import reward_stats
+from vfrl.trainer.batch import make_train_batch
+from vfrl.trainer.logprobs import sequence_logprobs_and_entropy
+from vfrl.trainer.loss import kl_penalty, mismatch_kl, policy_loss
+from vfrl.trainer.normalization import loss_weights
+from vfrl.trainer.reference import ReferencePolicy
 from vfrl.trainer.checkpoint import TrainingState, load_checkpoint, save_checkpoint
 from vfrl.trainer.console import TrainerConsole
 from vfrl.trainer.evaluation import is_eval_step
@@ -84,6 +86,8 @@ class RLTrainer:
         scheduler = get_scheduler(self.args.lr_scheduler_type, optimizer, num_warmup_steps=self.args.warmup_steps,
                                   num_training_steps=self.args.max_steps)
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
+        # the KL penalty's reference policy (beta > 0): see reference.py
+        self.reference = ReferencePolicy(self.model, config.model, self.args.use_lora) if self.args.beta > 0 else None
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.env = load_environment(config.env.id, **config.env.args)
         (run_dir / "adapters").mkdir(parents=True, exist_ok=True)
@@ -132,44 +136,73 @@ class RLTrainer:
         self.console.info(f"saved checkpoint {path}")
         return time.perf_counter() - t0
 
-    # ---- one optimizer step (runs in a worker thread) ----
+    # ---- one training step on one batch (runs in a worker thread); the math: batch.py, loss.py, normalization.py ----
     def train_step(self, batch: Batch) -> dict[str, float]:
+        """`num_iterations` optimizer updates on one batch, then one scheduler step (the schedule counts batches).
+
+        The ratio's old policy is the behaviour policy, fixed for every iteration as in PPO: vLLM's sampling
+        logprobs for sampled tokens, the trainer's logprobs before the first update for environment tokens
+        (trained only with mask_env_responses = false). Recomputing "old" at each iteration would make every
+        ratio 1 and the clip/mask bounds meaningless. entropy, mismatch_kl and kl describe the policy before
+        this step's first update; loss, grad_norm and the clip fractions are means over the iterations.
+        """
         a = self.args
-        rewards = torch.tensor([r.reward for r in batch.rollouts], dtype=torch.float32)
-        advantages = group_advantages(rewards, a.rollouts_per_example, a.scale_rewards)
-        tb = collate(batch.rollouts, advantages, a.max_seq_len, self.pad_id)
-        num_loss_tokens = int(tb.loss_mask.sum())
         device = self.accelerator.device
+        tb, rewards = make_train_batch(batch.rollouts, a, self.pad_id)
+        weights = loss_weights(tb.loss_mask, a.loss_normalization, a.max_tokens)  # whole-batch normalization
+        num_loss_tokens = int(tb.loss_mask.sum())
+        starts = range(0, len(tb), a.micro_batch_size)
+        fixed: list[tuple[torch.Tensor, torch.Tensor | None]] = []  # per micro-batch: (old, reference) logprobs
+        m = dict.fromkeys(["loss", "grad_norm", "low", "high", "entropy", "mismatch_kl", "kl"], 0.0)
+        sampled_tokens = 0.0
         self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        total_loss, kl_sum, masked_sum = 0.0, 0.0, 0.0
-        for start in range(0, len(tb), a.micro_batch_size):
-            mb = tb.slice(start, start + a.micro_batch_size)
-            logprobs = sequence_logprobs(self.model, mb.input_ids.to(device), mb.attention_mask.to(device), a.temperature)
-            loss, stats = importance_ratio_loss(
-                logprobs, mb.sampling_logprobs.to(device), mb.advantages.to(device), mb.loss_mask.to(device),
-                num_loss_tokens, a.mask_ratio_low, a.mask_ratio_high,
-            )
-            self.accelerator.backward(loss)
-            share = float(mb.loss_mask.sum()) / max(num_loss_tokens, 1)
-            total_loss += float(loss)
-            kl_sum += stats.mismatch_kl * share
-            masked_sum += stats.masked_fraction * share
-        grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), a.max_grad_norm)
-        self.optimizer.step()
+        for it in range(a.num_iterations):
+            self.optimizer.zero_grad(set_to_none=True)
+            for k, start in enumerate(starts):
+                mb = tb.slice(start, start + a.micro_batch_size)
+                ids, attn, mask = mb.input_ids.to(device), mb.attention_mask.to(device), mb.loss_mask.to(device)
+                logprobs, entropy = sequence_logprobs_and_entropy(
+                    self.model, ids, attn, a.temperature, mask > 0, a.logprob_chunk_size, with_entropy=it == 0)
+                if it == 0:
+                    sampled = mb.sampled_mask.to(device) & (mask > 0)
+                    old = torch.where(sampled, mb.sampling_logprobs.to(device), logprobs.detach())
+                    ref = (self.reference.logprobs(ids, attn, a.temperature, mask > 0, a.logprob_chunk_size)
+                           if a.beta > 0 else None)
+                    fixed.append((old, ref))
+                    m["entropy"] += float((entropy * mask).sum())
+                    m["mismatch_kl"] += float((mismatch_kl(logprobs.detach(), old) * sampled).sum())
+                    sampled_tokens += float(sampled.sum())
+                old, ref = fixed[k]
+                pl = policy_loss(a.loss_type, logprobs, old, mb.advantages.to(device), mask, a)
+                per_token = pl.per_token
+                if ref is not None:
+                    kl = kl_penalty(logprobs, ref)
+                    per_token = per_token + a.beta * kl
+                    if it == 0:
+                        m["kl"] += float((kl.detach() * mask).sum())
+                loss = (per_token * weights[start : start + a.micro_batch_size].to(device)).sum()
+                if loss.requires_grad:  # a micro-batch without loss tokens has nothing to backpropagate
+                    self.accelerator.backward(loss)
+                m["loss"] += float(loss.detach())
+                m["low"] += float((pl.low & (mask > 0)).sum())
+                m["high"] += float((pl.high & (mask > 0)).sum())
+            m["grad_norm"] += float(self.accelerator.clip_grad_norm_(self.model.parameters(), a.max_grad_norm))
+            self.optimizer.step()
         self.scheduler.step()
-        grouped = rewards.view(-1, a.rollouts_per_example)
+        n_tok, n_it = max(num_loss_tokens, 1), a.num_iterations
         out = {
-            "loss": total_loss,
-            "grad_norm": float(grad_norm),
+            "loss": m["loss"] / n_it,
+            "grad_norm": m["grad_norm"] / n_it,
             "lr": self.scheduler.get_last_lr()[0],
-            "mismatch_kl": kl_sum,
-            "masked_fraction": masked_sum,
-            "reward_mean": float(rewards.mean()),
-            "reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
-            "zero_std_groups": float((grouped.std(dim=1) == 0).float().mean()) if a.rollouts_per_example > 1 else 1.0,
+            "entropy": m["entropy"] / n_tok,
+            "mismatch_kl": m["mismatch_kl"] / max(sampled_tokens, 1),
+            "clip_fraction_low": m["low"] / (n_tok * n_it),
+            "clip_fraction_high": m["high"] / (n_tok * n_it),
+            "masked_fraction": (m["low"] + m["high"]) / (n_tok * n_it),  # loss tokens a ratio bound took out
+            **({"kl": m["kl"] / n_tok} if a.beta > 0 else {}),
+            **reward_stats(torch.tensor([r.reward for r in batch.rollouts]), rewards, a.rollouts_per_example),
             "completion_len": sum(len(r.completion_ids) for r in batch.rollouts) / len(batch.rollouts),
-            "truncated_fraction": sum(r.truncated for r in batch.rollouts) / len(batch.rollouts),
+            "truncated_fraction": float(tb.truncated.float().mean()),
             "loss_tokens": num_loss_tokens,
         }
         for name in batch.rollouts[0].metrics:

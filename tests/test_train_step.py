@@ -1,0 +1,195 @@
+"""Real training steps: the tiny model with a peft LoRA, fake rollouts with plausible token ids, no server."""
+
+import math
+import random
+
+import pytest
+import torch
+
+from vfrl.config import RLConfig
+from vfrl.environments.environment import Rollout
+from vfrl.trainer.logprobs import naive_sequence_logprobs, sequence_logprobs, sequence_logprobs_and_entropy
+from vfrl.trainer.orchestrator import Batch
+from vfrl.trainer.reference import ReferencePolicy
+from vfrl.trainer.trainer import RLTrainer
+
+GROUP, GROUPS = 4, 2
+
+
+def make_trainer(model_dir, run_dir, **args) -> RLTrainer:
+    args = {"rollouts_per_example": GROUP, "batch_size": GROUP * GROUPS, "micro_batch_size": 4, "max_tokens": 12,
+            "max_seq_len": 64, "learning_rate": 1e-2, "log_completions": False, "output_dir": str(run_dir), **args}
+    cfg = RLConfig.model_validate({"model": str(model_dir), "env": {"id": "reverse-text"},
+                                   "trainer": {"gpus": 0, "args": args}})
+    return RLTrainer(cfg, run_dir, base_url="http://127.0.0.1:9/v1", api_key="unused")
+
+
+def fake_batch(trainer: RLTrainer, seed: int = 0, truncated=(), env_tokens: bool = False, rewards=None) -> Batch:
+    """Rollouts as vLLM would return them: chat-template prompt ids, sampled character ids and the sampling
+    logprobs of the current policy. `env_tokens`: a multi-turn completion with 3 environment tokens inside."""
+    rng = random.Random(seed)
+    tok = trainer.tokenizer
+    rollouts = []
+    for g in range(GROUPS):
+        question = "".join(rng.choice("abcdefghij") for _ in range(6))
+        prompt_ids = tok.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
+                                             tokenize=True)["input_ids"]
+        for j in range(GROUP):
+            i = g * GROUP + j
+            completion = tok.encode("".join(rng.choice("abcdefghij") for _ in range(rng.randint(5, 10))))
+            mask = [1] * len(completion)
+            if env_tokens:
+                completion = completion[:3] + tok.encode("env") + completion[3:]
+                mask = mask[:3] + [0, 0, 0] + mask[3:]
+            ids = torch.tensor([prompt_ids + completion])
+            with torch.no_grad():
+                lp = sequence_logprobs(trainer.model, ids, torch.ones_like(ids), trainer.args.temperature)
+            logprobs = [v if m else 0.0 for v, m in zip(lp[0, len(prompt_ids) - 1 :].tolist(), mask)]
+            reward = rewards[i] if rewards is not None else rng.random()
+            rollouts.append(Rollout(example_id=g, prompt=[{"role": "user", "content": question}], completion=[],
+                                    answer=question[::-1], prompt_ids=prompt_ids, completion_ids=completion,
+                                    completion_logprobs=logprobs, completion_mask=mask, policy="policy-0",
+                                    truncated=i in truncated, reward=reward))
+    return Batch(step=0, policy_version=0, rollouts=rollouts, example_ids=list(range(GROUPS)))
+
+
+def trainable(trainer: RLTrainer) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+
+
+def changed(before: dict[str, torch.Tensor], trainer: RLTrainer) -> bool:
+    after = trainable(trainer)
+    return any(not torch.equal(before[n], after[n]) for n in before)
+
+
+@pytest.mark.parametrize("loss_type", ["ratio_mask", "ppo_clip", "gspo"])
+def test_train_step_updates_the_adapter(tiny_model, tmp_path, loss_type):
+    trainer = make_trainer(tiny_model, tmp_path, loss_type=loss_type)
+    batch = fake_batch(trainer)
+    before = trainable(trainer)
+    stats = trainer.train_step(batch)
+    assert math.isfinite(stats["loss"]) and stats["grad_norm"] > 0
+    assert changed(before, trainer)
+    assert stats["entropy"] > 0  # near log(99) for a random-ish model
+    assert stats["mismatch_kl"] < 1e-6  # the sampling logprobs came from this very policy
+    assert stats["clip_fraction_low"] == stats["clip_fraction_high"] == 0.0  # ratio 1 before the update
+    assert stats["loss_tokens"] == sum(len(r.completion_ids) for r in batch.rollouts)
+    assert {"reward_mean", "reward_std", "zero_std_groups", "lr", "masked_fraction"} <= set(stats)
+
+
+def test_kl_is_zero_before_the_first_update_and_positive_after(tiny_model, tmp_path):
+    trainer = make_trainer(tiny_model, tmp_path, beta=0.1)
+    batch = fake_batch(trainer)
+    first = trainer.train_step(batch)
+    assert first["kl"] == 0.0  # the adapter starts with B = 0: the policy is the reference
+    second = trainer.train_step(batch)
+    assert second["kl"] > 0
+    assert math.isfinite(second["loss"])
+
+
+def test_later_iterations_keep_the_sampling_policy_as_old(tiny_model, tmp_path):
+    """With old = the sampler's logprobs for every iteration, ratios leave [1 - eps, 1 + eps] after the
+    first update and get clipped; had "old" been recomputed each iteration, every ratio would stay 1."""
+    one = make_trainer(tiny_model, tmp_path / "one", loss_type="ppo_clip", epsilon=0.01, num_iterations=1)
+    stats = one.train_step(fake_batch(one))
+    assert stats["clip_fraction_low"] + stats["clip_fraction_high"] == 0.0
+    three = make_trainer(tiny_model, tmp_path / "three", loss_type="ppo_clip", epsilon=0.01, num_iterations=3)
+    before = trainable(three)
+    stats = three.train_step(fake_batch(three))
+    assert stats["clip_fraction_low"] + stats["clip_fraction_high"] > 0.05
+    assert changed(before, three) and three.scheduler.scheduler.last_epoch == 1  # the schedule counts batches
+
+
+def test_masked_truncated_rollouts_contribute_nothing(tiny_model, tmp_path):
+    trainer = make_trainer(tiny_model, tmp_path, mask_truncated_completions=True)
+    batch = fake_batch(trainer, truncated=range(GROUP * GROUPS))
+    before = trainable(trainer)
+    stats = trainer.train_step(batch)
+    assert stats["loss_tokens"] == 0 and stats["loss"] == 0.0 and stats["truncated_fraction"] == 1.0
+    assert not changed(before, trainer)
+    half = fake_batch(trainer, truncated=range(0, GROUP * GROUPS, 2))
+    stats = trainer.train_step(half)
+    assert stats["loss_tokens"] == sum(len(r.completion_ids) for r in half.rollouts if not r.truncated)
+
+
+def test_zero_truncated_completions_turns_equal_rewards_into_a_signal(tiny_model, tmp_path):
+    rewards = [1.0] * (GROUP * GROUPS)  # every group's rewards equal: advantage 0, no update
+    plain = make_trainer(tiny_model, tmp_path / "plain")
+    before = trainable(plain)
+    stats = plain.train_step(fake_batch(plain, truncated={0, 5}, rewards=rewards))
+    assert stats["zero_std_groups"] == 1.0 and not changed(before, plain)
+    zeroed = make_trainer(tiny_model, tmp_path / "zeroed", zero_truncated_completions=True)
+    before = trainable(zeroed)
+    stats = zeroed.train_step(fake_batch(zeroed, truncated={0, 5}, rewards=rewards))
+    assert stats["zero_std_groups"] == 0.0 and stats["reward_mean"] == 1.0  # the rubric's reward is logged
+    assert changed(before, zeroed)
+
+
+def test_environment_tokens_train_only_when_unmasked(tiny_model, tmp_path):
+    masked = make_trainer(tiny_model, tmp_path / "masked")
+    batch = fake_batch(masked, env_tokens=True)
+    policy_tokens = sum(sum(r.completion_mask) for r in batch.rollouts)
+    assert masked.train_step(batch)["loss_tokens"] == policy_tokens
+    unmasked = make_trainer(tiny_model, tmp_path / "unmasked", mask_env_responses=False)
+    stats = unmasked.train_step(fake_batch(unmasked, env_tokens=True))
+    assert stats["loss_tokens"] == policy_tokens + 3 * GROUP * GROUPS
+    # env tokens have no sampling logprob (0.0): using it would show as mismatch and as masked ratios
+    assert stats["mismatch_kl"] < 1e-6 and stats["masked_fraction"] == 0.0
+
+
+# ---- logprobs and the reference policy ----
+def lora_model(model_dir, seed=0):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
+                           LoraConfig(r=8, lora_alpha=16, target_modules="all-linear"))
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    return model
+
+
+def test_chunked_logprobs_and_gradients_equal_the_naive_ones(tiny_model):
+    model = lora_model(tiny_model)
+    ids = torch.randint(3, 99, (3, 21))
+    attn = torch.ones_like(ids)
+    positions = torch.rand(3, 20) > 0.3
+    naive, naive_entropy = naive_sequence_logprobs(model, ids, attn, temperature=0.7)
+    (naive * positions).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+    model.zero_grad()
+    chunked, entropy = sequence_logprobs_and_entropy(model, ids, attn, 0.7, positions, chunk_size=7)
+    chunked.sum().backward()
+    assert (chunked - naive * positions).abs().max() < 1e-5
+    assert (entropy - naive_entropy * positions).abs().max() < 1e-5
+    assert all(torch.allclose(p.grad, grads[n], atol=1e-5) for n, p in model.named_parameters() if p.requires_grad)
+
+
+def test_reference_of_lora_is_the_base_model(tiny_model):
+    from transformers import AutoModelForCausalLM
+
+    model = lora_model(tiny_model)
+    ids = torch.randint(3, 99, (2, 12))
+    attn = torch.ones_like(ids)
+    base = sequence_logprobs(AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32), ids, attn)
+    ref = ReferencePolicy(model, str(tiny_model), use_lora=True).logprobs(ids, attn, 1.0)
+    assert (ref - base).abs().max() < 1e-6
+    assert (sequence_logprobs(model, ids, attn).detach() - base).abs().max() > 1e-3  # the adapter is back on
+
+
+def test_reference_of_full_fine_tuning_is_a_frozen_copy_of_the_base(tiny_model):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    ids = torch.randint(3, 99, (2, 12))
+    attn = torch.ones_like(ids)
+    base = sequence_logprobs(model, ids, attn).detach()
+    reference = ReferencePolicy(model, str(tiny_model), use_lora=False)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))  # training moves every weight
+    assert (reference.logprobs(ids, attn, 1.0) - base).abs().max() < 1e-6
+    assert not any(p.requires_grad for p in reference.frozen.parameters())
