@@ -56,3 +56,13 @@ def prepare_run_dir(run_dir: Path) -> None:
     if old.exists():
         old.rename(run_dir / f"config.before-resume-{time.strftime('%Y%m%d-%H%M%S')}.toml")
     (run_dir / "trainer.exitcode").unlink(missing_ok=True)
+
+
+def with_resume_default(argv: list[str]) -> list[str]:
+    """`--resume` given without a value means "latest" (click would take the next option as its value)."""
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--resume" and (i + 1 == len(out) or out[i + 1].startswith("-")):
+            out.insert(i + 1, "latest")
+            break
+    return out

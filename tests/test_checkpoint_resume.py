@@ -1,0 +1,256 @@
+"""Checkpoints and resume.
+
+Unit part: a checkpoint restores weights, optimizer, scheduler and RNGs exactly; a save that dies
+half-way leaves nothing that counts as a checkpoint; keep_last; how --resume finds its checkpoint.
+
+Real part (the issue's test): `vf-rl` runs 4 steps uninterrupted; a second run of the same config is
+killed with SIGKILL right after its step-2 checkpoint; `vf-rl --resume` continues it. Steps 3-4 must
+see the same examples and prompts as the uninterrupted run, and the losses must be equal.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import BIN, write_config
+from vfrl.environments.environment import Rollout
+from vfrl.launcher.plot import read_metrics
+from vfrl.launcher.resume import ResumeError, find_checkpoint
+from vfrl.trainer.checkpoint import (
+    TrainingState, latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint,
+)
+from vfrl.trainer.orchestrator import Batch
+
+
+# ---------- unit ----------
+def lora_setup(model_dir, seed=0):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, get_scheduler
+
+    torch.manual_seed(seed)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
+                           LoraConfig(r=8, lora_alpha=16, target_modules="all-linear"))
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    sched = get_scheduler("cosine", opt, num_warmup_steps=1, num_training_steps=10)
+    return model, opt, sched
+
+
+def sgd_step(model, opt, sched):
+    ids = torch.randint(3, 30, (2, 12))  # draws from the torch RNG: a restored RNG must give the same ids
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    opt.step()
+    sched.step()
+    opt.zero_grad()
+    return float(loss)
+
+
+def state(step):
+    return TrainingState(step=step, data_position=step, seed=0, policy_version=step, examples_per_step=4,
+                         dataset_size=100)
+
+
+def pending_batch():
+    r = Rollout(example_id=7, prompt=[{"role": "user", "content": "abc"}], completion=[{"role": "assistant", "content": "cba"}],
+                answer="cba", prompt_ids=[1, 2, 3], completion_ids=[4, 5], completion_logprobs=[-0.123456789012345, -1e-9],
+                completion_mask=[1, 1], policy="policy-1", reward=0.75, metrics={"lcs": 0.75})
+    return Batch(step=2, policy_version=1, rollouts=[r], example_ids=[7], gen_start=1.0, gen_end=2.0)
+
+
+def test_checkpoint_restores_training_exactly(tmp_path, tiny_model):
+    model, opt, sched = lora_setup(tiny_model)
+    sgd_step(model, opt, sched)
+    path = save_checkpoint(tmp_path / "checkpoints", model, opt, sched, state(1), pending_batch())
+    expected_loss = sgd_step(model, opt, sched)
+    expected = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    model2, opt2, sched2 = lora_setup(tiny_model, seed=123)  # different init and RNG state
+    st, pending = load_checkpoint(path, model2, opt2, sched2)
+    assert st == state(1)
+    assert pending.example_ids == [7] and pending.rollouts[0] == pending_batch().rollouts[0]  # floats exact
+    assert sgd_step(model2, opt2, sched2) == expected_loss
+    for n, p in model2.named_parameters():
+        if p.requires_grad:
+            assert torch.equal(p, expected[n]), n
+    assert sched2.get_last_lr() == sched.get_last_lr()
+
+
+def test_checkpoint_layout_is_a_usable_adapter(tmp_path, tiny_model):
+    model, opt, sched = lora_setup(tiny_model)
+    path = save_checkpoint(tmp_path / "checkpoints", model, opt, sched, state(3))
+    assert path.name == "step-3"
+    assert {p.name for p in path.iterdir()} == {"model", "trainer_state.pt", "trainer_state.json", "COMPLETE"}
+    assert (path / "model" / "adapter_config.json").exists() and (path / "model" / "adapter_model.safetensors").exists()
+
+
+class DiesWhileSaving:
+    def save_pretrained(self, path):
+        Path(path).mkdir(parents=True)
+        (Path(path) / "adapter_model.safetensors").write_bytes(b"half")
+        raise OSError("disk full")
+
+
+def test_a_save_that_dies_midway_leaves_no_checkpoint(tmp_path, tiny_model):
+    model, opt, sched = lora_setup(tiny_model)
+    ckpts = tmp_path / "checkpoints"
+    good = save_checkpoint(ckpts, model, opt, sched, state(2))
+    with pytest.raises(OSError):
+        save_checkpoint(ckpts, DiesWhileSaving(), opt, sched, state(4))
+    assert not (ckpts / "step-4").exists()
+    assert latest_checkpoint(ckpts) == good
+    (ckpts / "step-6").mkdir()  # e.g. copied by hand without its marker: not a checkpoint
+    (ckpts / "step-6" / "trainer_state.json").write_text("{}")
+    assert list_checkpoints(ckpts) == [good]
+    save_checkpoint(ckpts, model, opt, sched, state(4))
+    assert not list(ckpts.glob(".*.tmp"))  # the dead save's tmp dir is gone
+
+
+def test_keep_last(tmp_path, tiny_model):
+    model, opt, sched = lora_setup(tiny_model)
+    for step in (1, 2, 3, 4):
+        save_checkpoint(tmp_path, model, opt, sched, state(step), keep_last=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-3", "step-4"]
+
+
+def fake_run(base: Path, steps: list[int]) -> None:
+    for s in steps:
+        d = base / "checkpoints" / f"step-{s}"
+        d.mkdir(parents=True)
+        (d / "COMPLETE").write_text("")
+
+
+def test_resume_finds_checkpoints(tmp_path):
+    base = tmp_path / "outputs" / "run"
+    fake_run(base, [2, 4])
+    fake_run(base.with_name("run-2"), [2])
+    base.with_name("run-3").mkdir()  # a run that died before its first checkpoint
+    assert find_checkpoint(base, "latest") == (base.with_name("run-2"), base.with_name("run-2") / "checkpoints" / "step-2")
+    assert find_checkpoint(base, str(base / "checkpoints" / "step-2"))[1] == (base / "checkpoints" / "step-2").resolve()
+    assert find_checkpoint(base, str(base)) == (base.resolve(), (base / "checkpoints" / "step-4").resolve())
+    with pytest.raises(ResumeError, match="has no complete checkpoint step-4 .it has: step-2"):
+        find_checkpoint(base, "4")
+    with pytest.raises(ResumeError, match="no run directory"):
+        find_checkpoint(tmp_path / "outputs" / "other", "latest")
+
+
+def test_resume_without_checkpoint_is_one_clear_line(tmp_path, tiny_model):
+    cfg = write_config(tmp_path / "cfg.toml", tiny_model, port=0, output_dir=tmp_path / "outputs")
+    proc = subprocess.run([str(BIN / "vf-rl"), "@", str(cfg), "--resume", "--no-attach", "--tmux-socket",
+                           f"vfrl-resume-{tmp_path.name}"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "no run directory" in proc.stderr and "save_strategy" in proc.stderr
+
+
+# ---------- the real thing ----------
+pytestmark_e2e = pytest.mark.e2e
+
+RUN_ARGS = dict(max_steps=4, save_strategy="steps", save_steps=2, keep_last=2, seed=7, batch_size=8,
+                rollouts_per_example=4, micro_batch_size=8, max_tokens=8)
+
+
+def vf_rl(cfg: Path, socket_name: str, *extra: str, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", socket_name, *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd, start_new_session=True)
+
+
+def rollouts(run_dir: Path, step: int) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tiny_model):
+    """(uninterrupted run dir, killed-then-resumed run dir, outputs of the three vf-rl calls)."""
+    tmp = tmp_path_factory.mktemp("resume")
+    sock = f"vfrl-resume-{tmp.name}"
+    out = {}
+    procs = []
+    try:
+        full_cfg = write_config(tmp / "full.toml", tiny_model, port=0, output_dir=tmp / "outputs", run_name="full", **RUN_ARGS)
+        p = vf_rl(full_cfg, sock, cwd=tmp)
+        procs.append(p)
+        out["full"] = (p.communicate(timeout=600)[0], p.returncode)
+
+        cfg = write_config(tmp / "killed.toml", tiny_model, port=0, output_dir=tmp / "outputs", run_name="killed", **RUN_ARGS)
+        run_dir = tmp / "outputs" / "killed"
+        p = vf_rl(cfg, sock, cwd=tmp)
+        procs.append(p)
+        deadline = time.time() + 600
+        while not (run_dir / "checkpoints" / "step-2" / "COMPLETE").exists():
+            assert time.time() < deadline and p.poll() is None, "no step-2 checkpoint"
+            time.sleep(0.05)
+        trainer_pid = int((run_dir / "trainer.pid").read_text())
+        os.kill(trainer_pid, signal.SIGKILL)
+        killed_at = read_metrics(run_dir)[-1]["step"] if (run_dir / "metrics.jsonl").exists() else 0
+        out["killed"] = (p.communicate(timeout=300)[0], p.returncode, killed_at)
+
+        p = vf_rl(cfg, sock, "--resume", cwd=tmp)
+        procs.append(p)
+        out["resumed"] = (p.communicate(timeout=600)[0], p.returncode)
+        yield tmp / "outputs" / "full", run_dir, out
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+        subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True)
+
+
+@pytestmark_e2e
+def test_uninterrupted_run_checkpoints(runs):
+    full, _, out = runs
+    log, code = out["full"]
+    assert code == 0, log[-3000:]
+    assert [p.name for p in list_checkpoints(full / "checkpoints")] == ["step-2", "step-4"]
+    assert (full / "checkpoints" / "step-2" / "pending_batch.json").exists()  # batch 3, made by policy 1
+    assert not (full / "checkpoints" / "step-4" / "pending_batch.json").exists()  # nothing left to train
+
+
+@pytestmark_e2e
+def test_sigkill_after_step_2_checkpoint_then_resume(runs):
+    full, killed, out = runs
+    log, code, killed_at = out["killed"]
+    assert code == 128 + signal.SIGKILL, log[-3000:]  # vf-rl reports the trainer's death
+    assert killed_at <= 3
+    log, code = out["resumed"]
+    assert code == 0, log[-3000:]
+    assert "vf-rl: resuming from" in log and "resumed from" in log
+    assert not list(full.parent.glob("killed-*")), "--resume must reuse the run dir"
+    # the adapter vLLM served first after the restart is the checkpoint's
+    inference_log = (killed / "logs" / "inference.log").read_text()
+    assert inference_log.count("Loaded new LoRA adapter: name 'policy-2'") == 2  # first run + resume
+    m = read_metrics(killed)
+    assert [r["step"] for r in m] == [1, 2, 3, 4]  # appended, each step once
+    assert m[2].get("resumed_from") == 2
+
+
+@pytestmark_e2e
+def test_resumed_steps_see_the_same_data(runs):
+    full, killed, _ = runs
+    for step in (3, 4):
+        a, b = rollouts(full, step), rollouts(killed, step)
+        assert [r["example_id"] for r in a] == [r["example_id"] for r in b], step
+        assert [r["prompt"] for r in a] == [r["prompt"] for r in b], step
+
+
+@pytestmark_e2e
+def test_resumed_losses_equal_the_uninterrupted_run(runs):
+    """Exact equality, not a tolerance: same batch, same weights, same optimizer state, same CPU kernels.
+
+    Step 3 trains the batch stored in the step-2 checkpoint (sampled by policy 1, as in the
+    uninterrupted run). Step 4's batch is regenerated by vLLM from the checkpoint's adapter with the
+    same per-request seeds; vLLM CPU seeded sampling is deterministic, so the completions and their
+    logprobs are bit-identical and so is the loss. Any difference would show a real reproducibility bug.
+    """
+    full, killed, _ = runs
+    a, b = read_metrics(full), read_metrics(killed)
+    for step in (3, 4):
+        ra, rb = rollouts(full, step), rollouts(killed, step)
+        assert [r["completion"] for r in ra] == [r["completion"] for r in rb], step
+        assert a[step - 1]["loss"] == b[step - 1]["loss"], (step, a[step - 1]["loss"], b[step - 1]["loss"])
+        assert a[step - 1]["reward_mean"] == b[step - 1]["reward_mean"]
+        assert a[step - 1]["policy_version"] == b[step - 1]["policy_version"] == step - 2
