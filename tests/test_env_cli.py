@@ -1,0 +1,194 @@
+"""vf-init, vf-install and vf-eval: their pieces without a server, their user errors as one line, and
+the whole path `vf-init` -> `vf-install` -> `load_environment` -> `vf-eval` on a fresh package
+against the shared real vLLM server."""
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tomllib
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import BIN, free_port
+from fake_openai import FakeOpenAI
+
+import vfrl
+from typer.testing import CliRunner
+
+from vfrl.environments.cli.eval import app as eval_app
+from vfrl.environments.cli.eval import model_slug, run_eval, summarize
+from vfrl.environments.cli.eval_defaults import read_eval_defaults
+from vfrl.environments.cli.init import app as init_app
+from vfrl.environments.cli.init import create_package, render
+from vfrl.environments.cli.install import app as install_app
+from vfrl.environments.cli.install import pip_target
+
+
+def cli(*args, cwd=None, env=None, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / args[0]), *args[1:]], cwd=cwd, env={**os.environ, **(env or {})},
+                          capture_output=True, text=True, timeout=timeout)
+
+
+APPS = {"vf-init": init_app, "vf-install": install_app, "vf-eval": eval_app}
+
+
+def run_cli(*args, env=None):
+    """The command in this process (as its console script would run it, without the start-up time)."""
+    result = CliRunner().invoke(APPS[args[0]], list(args[1:]), env=env)
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr + (
+        "Traceback" if result.exception and not isinstance(result.exception, SystemExit) else ""))
+
+
+def one_error_line(done: subprocess.CompletedProcess, program: str) -> str:
+    """A user mistake: exit code 1, no traceback, one `program: error:` line."""
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith(f"{program}: error:")]
+    assert len(errors) == 1, done.stderr
+    return errors[0]
+
+
+# ---- vf-init ----
+
+def test_init_renders_a_package_with_entry_point_module_and_readme(tmp_path):
+    files = render("my-env")
+    assert set(files) == {"pyproject.toml", "my_env.py", "README.md"}
+    project = tomllib.loads(files["pyproject.toml"])
+    assert project["project"]["name"] == "my-env"
+    assert project["project"]["entry-points"]["vfrl.environments"] == {"my-env": "my_env:load_environment"}
+    assert project["tool"]["setuptools"]["py-modules"] == ["my_env"]
+    for section in ("## Overview", "## Dataset", "## Task", "## Reward", "## Arguments", "TODO"):
+        assert section in files["README.md"]
+    # the example module works as written: its load_environment gives a scoreable environment
+    target = create_package("my-env", tmp_path)
+    sys.path.insert(0, str(target))
+    try:
+        import my_env
+
+        env = my_env.load_environment(num_train_examples=4, num_eval_examples=2)
+    finally:
+        sys.path.remove(str(target))
+        sys.modules.pop("my_env", None)
+    assert isinstance(env, vfrl.SingleTurnEnv) and len(env.dataset) == 4 and len(env.eval_dataset) == 2
+    row = env.eval_dataset[0]
+    right = [{"role": "assistant", "content": row["answer"]}]
+    assert asyncio.run(env.rubric.score(prompt=row["prompt"], completion=right, answer=row["answer"]))[0] == 1.0
+
+
+def test_init_refuses_to_overwrite_and_bad_names(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    done = run_cli("vf-init", "demo-env")
+    assert done.returncode == 0, done.stderr
+    readme = tmp_path / "environments" / "demo_env" / "README.md"
+    readme.write_text("my notes")
+    assert "already exists" in one_error_line(run_cli("vf-init", "demo-env"), "vf-init")
+    assert readme.read_text() == "my notes"
+    assert "not a valid environment name" in one_error_line(run_cli("vf-init", "9 lives"), "vf-init")
+
+
+# ---- vf-install ----
+
+def test_install_sources(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    create_package("local-env", tmp_path / "environments")
+    assert pip_target("local-env", None, editable=True) == (["-e", "environments/local_env"], "folder environments/local_env")
+    assert pip_target(None, tmp_path / "environments" / "local_env", editable=False)[0] == [str(tmp_path / "environments" / "local_env")]
+    (tmp_path / "pkg-0.1-py3-none-any.whl").write_text("")
+    assert pip_target("pkg-0.1-py3-none-any.whl", None, True) == (["pkg-0.1-py3-none-any.whl"], "wheel pkg-0.1-py3-none-any.whl")
+    assert pip_target("https://github.com/org/env.git", None, True)[0] == ["git+https://github.com/org/env.git"]
+    assert pip_target("git+https://example.org/env@v1", None, True)[0] == ["git+https://example.org/env@v1"]
+    assert pip_target("some-env", None, True) == (["some-env"], "the package index")
+
+
+def test_install_user_errors_are_one_line(tmp_path):
+    assert "not a package folder" in one_error_line(run_cli("vf-install", "-p", str(tmp_path)), "vf-install")
+    assert "not found" in one_error_line(run_cli("vf-install", str(tmp_path / "x-1.0-py3-none-any.whl")), "vf-install")
+    assert "NAME or --path" in one_error_line(run_cli("vf-install"), "vf-install")
+
+
+# ---- vf-eval pieces ----
+
+def test_eval_defaults_from_the_package_pyproject(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    create_package("defaults-env", tmp_path / "environments")
+    assert read_eval_defaults("defaults-env")[0] == {"num_examples": 5, "rollouts_per_example": 3, "max_tokens": 32}
+    pyproject = tmp_path / "environments" / "defaults_env" / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace("max_tokens = 32", "max_token = 32"))
+    with pytest.raises(ValueError, match=r"unknown key 'tool.vfrl.eval.max_token'; did you mean 'max_tokens'"):
+        read_eval_defaults("defaults-env")
+    assert read_eval_defaults("no-such-env") == ({}, None)
+
+
+def test_model_slug():
+    assert model_slug("Qwen/Qwen3-4B") == "Qwen--Qwen3-4B"
+    assert model_slug("/work/models/tiny-reverse") == "tiny-reverse"
+
+
+def test_run_eval_writes_each_rollout_and_summarizes(tmp_path):
+    env = vfrl.load_environment("reverse-text", num_train_examples=4, num_eval_examples=3)
+    client = FakeOpenAI(lambda prompt: prompt.split("user\n")[-1].split("<|im_end|>")[0][::-1])  # always right
+    done = []
+    rollouts = asyncio.run(run_eval(env, client, "m", 3, 2, {"max_tokens": 20}, 4, tmp_path / "results.jsonl", done.append))
+    lines = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert len(lines) == len(rollouts) == 6 and done == [2, 2, 2]
+    assert sorted(line["example_id"] for line in lines) == [0, 0, 1, 1, 2, 2]
+    assert all(line["reward"] == 1.0 and line["completion_ids"] for line in lines)
+    summary = summarize(rollouts)
+    assert summary["reward"]["mean"] == 1.0 and summary["metrics"]["lcs_reward"] == 1.0
+
+
+def test_eval_user_errors_are_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    assert "is not installed" in one_error_line(run_cli("vf-eval", "no-such-env", "-b", url), "vf-eval")
+    assert "not valid JSON" in one_error_line(run_cli("vf-eval", "reverse-text", "-a", "{num: 1}"), "vf-eval")
+    assert "JSON object" in one_error_line(run_cli("vf-eval", "reverse-text", "-a", "[1]"), "vf-eval")
+    assert "does not take these args" in one_error_line(
+        run_cli("vf-eval", "reverse-text", "-a", '{"no_such_arg": 1}'), "vf-eval")
+    assert "cannot reach" in one_error_line(run_cli("vf-eval", "reverse-text", "-b", url), "vf-eval")
+    assert "is not set" in one_error_line(
+        run_cli("vf-eval", "reverse-text", "-b", url, "-k", "VFRL_TEST_UNSET_KEY"), "vf-eval")
+    assert not (tmp_path / "outputs").exists()  # no empty result folders left behind
+
+
+def test_eval_reports_a_user_error_in_the_console_script_without_traceback(tmp_path):
+    done = cli("vf-eval", "reverse-text", "-a", "{oops", cwd=tmp_path)
+    assert "not valid JSON" in one_error_line(done, "vf-eval")
+
+
+# ---- the whole path, against the real server ----
+
+@pytest.mark.e2e
+def test_init_install_load_eval_a_fresh_package(tmp_path, shared_vllm_server):
+    name = f"fresh-env-{uuid.uuid4().hex[:8]}"
+    module = name.replace("-", "_")
+    srv = shared_vllm_server
+    try:
+        done = cli("vf-init", name, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        done = cli("vf-install", name, cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"installed {name} 0.1.0" in done.stdout and f"environments provided: {name}" in done.stdout
+        # a new Python finds it by id, as the trainer and vf-eval will
+        load = subprocess.run([sys.executable, "-c", f"import vfrl; e = vfrl.load_environment('{name}'); "
+                               "print(type(e).__name__, len(e.dataset), len(e.eval_dataset))"],
+                              capture_output=True, text=True, cwd=tmp_path)
+        assert load.stdout.split() == ["SingleTurnEnv", "200", "20"], load.stderr
+        out = tmp_path / "eval"
+        done = cli("vf-eval", name, "-m", srv.model, "-b", srv.base_url, "-k", "VFRL_TEST_KEY", "-n", "3",
+                   "-T", "1.0", "-o", str(out), cwd=tmp_path, env={"VFRL_TEST_KEY": srv.api_key})
+        assert done.returncode == 0, done.stdout + done.stderr
+        metadata = json.loads((out / "metadata.json").read_text())
+        # -r and -t came from [tool.vfrl.eval] in the generated pyproject (3 rollouts, 32 tokens)
+        assert metadata["rollouts_per_example"] == 3 and metadata["sampling_args"]["max_tokens"] == 32
+        assert metadata["defaults_from"] == str(tmp_path / "environments" / module / "pyproject.toml")
+        assert len((out / "results.jsonl").read_text().splitlines()) == metadata["num_rollouts"] == 9
+        assert "exact_match" in metadata["metrics"]
+    finally:
+        subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", name], capture_output=True)
+    gone = subprocess.run([sys.executable, "-c", f"import vfrl; vfrl.load_environment('{name}')"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert gone.returncode != 0 and "not installed" in gone.stderr
