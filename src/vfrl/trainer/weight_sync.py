@@ -52,3 +52,79 @@ class AdapterSync:
 
     def served_models(self) -> list[str]:
         return [m["id"] for m in self.http.get("/v1/models").json()["data"]]
+
+
+class FullWeightSync:
+    """use_lora = false: write every weight as safetensors and reload them into the running vLLM in place.
+
+    One push, version N:
+      1. `save_pretrained` into `weights/.step-N.tmp`, renamed to `weights/step-N` (atomic; last `keep` kept);
+      2. POST /pause?mode=wait: vLLM stops admitting requests and lets the running ones finish on the
+         old weights, so no request ever mixes two policies;
+      3. POST /collective_rpc `vfrl_reload_weights(dir, N)` (vfrl.inference.worker_extension): the workers
+         load the files in place and rebuild the CPU build's packed GEMM handles; each returns N;
+      4. POST /reset_prefix_cache (no KV block computed by the old weights is reused), POST /resume.
+    vLLM serves one model name throughout, so the name cannot carry the version: the trainer's
+    counter does (`policy_version` per batch). It holds because the trainer lets the batch in flight
+    finish before pushing (`reloads_in_place`), and step 2 covers any other request still running.
+    """
+
+    reloads_in_place = True  # the trainer waits for in-flight generation before push()
+
+    def __init__(self, base_url: str, api_key: str, weights_dir: Path, served_name: str, keep: int = 2,
+                 timeout: float = 600.0):
+        self.http = httpx.Client(base_url=base_url.rstrip("/").removesuffix("/v1"),
+                                 headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout)
+        self.weights_dir = weights_dir
+        self.served_name = served_name
+        self.keep = keep
+        self.timeout = timeout
+        self.saved: list[Path] = []
+        self.last: dict = {}  # timings and what the workers reported for the latest push
+
+    def save(self, model, version: int) -> Path:
+        final = self.weights_dir / f"step-{version}"
+        tmp = self.weights_dir / f".step-{version}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp, safe_serialization=True)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        return final
+
+    def _post(self, path: str, **kw) -> httpx.Response:
+        r = self.http.post(path, **kw)
+        if r.status_code != 200:
+            raise RuntimeError(f"vLLM {path} failed: {r.status_code} {r.text[:500]}"
+                               + (" (was vf-vllm started with use_lora = false?)" if r.status_code == 404 else ""))
+        return r
+
+    def push(self, model, version: int) -> tuple[str, float]:
+        """Save + reload version `version`. Returns (served model name, seconds)."""
+        t0 = time.perf_counter()
+        path = self.save(model, version)
+        t_saved = time.perf_counter()
+        self._post("/pause", params={"mode": "wait", "clear_cache": "false"})
+        try:
+            r = self._post("/collective_rpc", json={"method": "vfrl_reload_weights", "timeout": self.timeout,
+                                                    "args": [str(path.resolve()), str(version)]})
+            workers = r.json()["results"]
+            if not workers or any(w.get("version") != version for w in workers):
+                raise RuntimeError(f"vLLM workers did not all load version {version}: {workers}")
+            if not self._post("/reset_prefix_cache").json().get("success"):
+                raise RuntimeError("vLLM could not reset its prefix cache after the weight reload")
+        finally:
+            self._post("/resume")
+        self.saved.append(path)
+        while len(self.saved) > self.keep:
+            shutil.rmtree(self.saved.pop(0), ignore_errors=True)
+        done = time.perf_counter()
+        self.last = {"save_s": t_saved - t0, "reload_s": done - t_saved, "load_s": workers[0]["load_s"],
+                     "repack_s": workers[0]["repack_s"], "repacked": workers[0]["repacked"]}
+        return self.served_name, done - t0
+
+    def loaded_version(self) -> int:
+        """The version the vLLM workers report as loaded (-1 before the first push)."""
+        return int(self._post("/collective_rpc", json={"method": "vfrl_loaded_version"}).json()["results"][0])
+
+    def served_models(self) -> list[str]:
+        return [m["id"] for m in self.http.get("/v1/models").json()["data"]]

@@ -1,0 +1,99 @@
+"""Full-weight reload inside the vLLM workers (`--worker-extension-cls`, reached through /collective_rpc).
+
+vLLM mixes this class into its worker, so `self.model_runner` is the running model runner. The
+trainer writes safetensors to a directory and calls `vfrl_reload_weights(dir, version)`.
+
+Why not just `model_runner.reload_weights`: on the CPU build, linear and embedding layers compute
+through a prepacked copy of their weight (`layer.cpu_linear`, a oneDNN/sgl handle built by
+`dispatch_cpu_unquantized_gemm` in `process_weights_after_loading`). vLLM's in-place reload rebuilds
+that handle for every layer it loads weights into, but a tied `lm_head` loads nothing (the
+checkpoint has no `lm_head.weight`; it shares `embed_tokens.weight`), so it keeps computing logits
+with the handle packed from the *old* embedding. After the reload we therefore re-run
+`process_weights_after_loading` for every layer whose packed handle is built from a weight that is
+still attached to the layer (embeddings and heads; linear layers drop theirs after packing).
+`vfrl_stale_packed_layers` is the check: it runs each handle and the plain `F.linear` on the
+layer's current weight and names the layers that disagree.
+
+On GPU there is no packing: `process_weights_after_loading` is a no-op for unquantized layers and
+the re-dispatch step does nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from vllm.logger import init_logger
+
+logger = init_logger("vllm.vfrl_worker_extension")  # under "vllm": vLLM configures that logger tree
+
+def safetensors_weights(directory: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) for every tensor in every *.safetensors file of `directory`, one at a time."""
+    from safetensors import safe_open
+
+    files = sorted(Path(directory).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors files in {directory}")
+    for file in files:
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            for name in f.keys():
+                yield name, f.get_tensor(name)
+
+
+def packed_layers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """Layers that compute through a CPU-packed copy of a weight they still hold (CPU build only)."""
+    out = []
+    for name, module in model.named_modules():
+        weight = getattr(module, "weight", None)
+        if (
+            hasattr(module, "cpu_linear")
+            and hasattr(module, "quant_method")
+            and isinstance(weight, torch.Tensor)
+            and weight.ndim == 2
+            and weight.numel() > 0
+        ):
+            out.append((name, module))
+    return out
+
+
+class WeightReloadExtension:
+    """Methods callable as POST /collective_rpc {"method": "vfrl_...", "args": [...]} (string args only)."""
+
+    vfrl_version: int = -1
+
+    def vfrl_reload_weights(self, directory: str, version: str) -> dict:
+        """Load every tensor of `directory` into the served model in place; returns what was done."""
+        t0 = time.perf_counter()
+        self.model_runner.reload_weights(weights_iterator=safetensors_weights(directory), is_checkpoint_format=True)
+        t_load = time.perf_counter()
+        repacked = []
+        model = self.model_runner.get_model()
+        with torch.no_grad():
+            for name, module in packed_layers(model):
+                module.quant_method.process_weights_after_loading(module)
+                repacked.append(name)
+        self.vfrl_version = int(version)
+        logger.info("vfrl: loaded weights version %s from %s (%d packed layers rebuilt)", version, directory,
+                    len(repacked))
+        return {"version": self.vfrl_version, "load_s": t_load - t0, "repack_s": time.perf_counter() - t_load,
+                "repacked": repacked}
+
+    def vfrl_loaded_version(self) -> int:
+        return self.vfrl_version
+
+    @torch.no_grad()
+    def vfrl_stale_packed_layers(self, tolerance: str = "1e-3") -> dict:
+        """Layers whose packed handle no longer computes `x @ weight.T` for their current weight."""
+        model = self.model_runner.get_model()
+        stale = {}
+        for name, module in packed_layers(model):
+            w = module.weight
+            x = torch.randn(4, w.shape[1], dtype=w.dtype, generator=torch.Generator().manual_seed(0))
+            bias = getattr(module, "bias", None)
+            diff = (module.cpu_linear(x, w, bias) - torch.nn.functional.linear(x, w, bias)).abs().max().item()
+            if diff > float(tolerance):
+                stale[name] = diff
+        return {"checked": len(packed_layers(model)), "stale": stale}

@@ -1,0 +1,179 @@
+"""use_lora = false: after a full-weight sync, vLLM's logprobs of the tokens it sampled equal the trainer's
+(fp32, CPU build, in-place reload through the worker extension), and a real `vf-rl` run trains all weights."""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import httpx
+import pytest
+import torch
+
+from conftest import BIN, free_port, write_config
+from vfrl.trainer.trainer import wait_for_server
+
+pytestmark = pytest.mark.e2e
+
+API_KEY = "test-key"
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory, tiny_model):
+    tmp = tmp_path_factory.mktemp("full-ft-server")
+    port = free_port()
+    cfg = write_config(tmp / "config.toml", tiny_model, port=port, output_dir=tmp, use_lora=False)
+    env = {**os.environ, "VFRL_API_KEY": API_KEY, "CUDA_VISIBLE_DEVICES": ""}
+    log = open(tmp / "server.log", "w")
+    proc = subprocess.Popen([str(BIN / "vf-vllm"), "@", str(cfg)], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        wait_for_server(f"http://127.0.0.1:{port}/v1", timeout=300)
+        yield f"http://127.0.0.1:{port}/v1", tmp
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def sync(vllm_server, tiny_model):
+    from vfrl.trainer.weight_sync import FullWeightSync
+
+    base_url, tmp = vllm_server
+    (tmp / "weights").mkdir(exist_ok=True)
+    return FullWeightSync(base_url, API_KEY, tmp / "weights", served_name=str(tiny_model))
+
+
+def load(model_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
+def perturbed(model, seed: int):
+    """Every parameter moved (embeddings, the tied head, norms, biases, all linears)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    return model
+
+
+def sample(base_url, model_name, n=8, **sampling):
+    from openai import AsyncOpenAI
+
+    from vfrl import load_environment
+
+    env = load_environment("reverse-text")
+
+    async def run():
+        client = AsyncOpenAI(base_url=base_url, api_key=API_KEY)
+        return await asyncio.gather(*(
+            env.rollout(client, model_name, env.dataset[i], i, {"temperature": 1.0, "max_tokens": 12, "seed": i,
+                                                                **sampling})
+            for i in range(n)
+        ))
+
+    return asyncio.run(run())
+
+
+def max_logprob_gap(model, rollouts) -> float:
+    from vfrl.trainer.logprobs import sequence_logprobs
+
+    worst = 0.0
+    for r in rollouts:
+        ids = torch.tensor([r.prompt_ids + r.completion_ids])
+        with torch.no_grad():
+            lp = sequence_logprobs(model, ids, torch.ones_like(ids))[0, len(r.prompt_ids) - 1 :]
+        worst = max(worst, (lp - torch.tensor(r.completion_logprobs)).abs().max().item())
+    return worst
+
+
+def test_vllm_logprobs_match_trainer_after_full_weight_sync(vllm_server, sync, tiny_model):
+    base_url, tmp = vllm_server
+    model = load(tiny_model)
+    previous = sample(base_url, str(tiny_model))
+    assert max_logprob_gap(model, previous) < 1e-4  # the served base model before any sync
+    for version in (1, 2):  # a second sync must replace the first, and the prompts' prefix cache must not leak
+        model = perturbed(model, seed=version)
+        name, seconds = sync.push(model, version)
+        assert name == str(tiny_model) and seconds > 0
+        assert sync.loaded_version() == version
+        rollouts = sample(base_url, name)
+        gap = max_logprob_gap(model, rollouts)
+        assert gap < 1e-4, f"version {version}: max |vLLM - trainer| logprob = {gap:.2e}"
+        assert [r.completion_logprobs for r in rollouts] != [r.completion_logprobs for r in previous]
+        previous = rollouts
+        # the packed GEMM handles (oneDNN on the CPU build) compute with the new weights, tied lm_head included
+        check = sync._post("/collective_rpc", json={"method": "vfrl_stale_packed_layers"}).json()["results"][0]
+        assert check["stale"] == {}, check
+        assert sync.last["repacked"], "no packed layer rebuilt: is this the CPU build?"
+    assert sorted(p.name for p in (tmp / "weights").iterdir()) == ["step-1", "step-2"]
+
+
+def test_requests_in_flight_during_a_sync_finish_on_the_old_weights(vllm_server, sync, tiny_model):
+    base_url, tmp = vllm_server
+    old = perturbed(load(tiny_model), seed=10)
+    sync.push(old, 10)
+    new = perturbed(load(tiny_model), seed=11)
+    pushed_at = {}
+
+    def push_soon():
+        time.sleep(0.5)  # the long requests below are running by now
+        pushed_at["start"] = time.time()
+        sync.push(new, 11)
+        pushed_at["end"] = time.time()
+
+    pusher = threading.Thread(target=push_soon)
+    pusher.start()
+    long = sample(base_url, str(tiny_model), n=4, max_tokens=200, ignore_eos=True)
+    finished = time.time()
+    pusher.join()
+    assert finished > pushed_at["start"], "the requests ended before the sync began; make them longer"
+    assert all(len(r.completion_ids) == 200 for r in long)
+    assert max_logprob_gap(old, long) < 1e-4  # every token of every in-flight request: old weights
+    assert max_logprob_gap(new, sample(base_url, str(tiny_model))) < 1e-4  # later requests: new weights
+    assert sorted(p.name for p in (tmp / "weights").iterdir()) == ["step-10", "step-11"]  # keep the last 2
+
+
+def test_weight_endpoints_need_the_api_key(vllm_server):
+    root = vllm_server[0].removesuffix("/v1")
+    for path in ("/collective_rpc", "/pause", "/resume", "/reset_prefix_cache"):
+        assert httpx.post(root + path, json={"method": "vfrl_loaded_version"}).status_code == 401, path
+    assert httpx.get(root + "/health").status_code == 200
+
+
+def test_vf_rl_full_finetuning_three_steps(tmp_path, tiny_model):
+    socket_name = f"vfrl-fullft-{tmp_path.name}"
+    cfg = write_config(tmp_path / "cfg.toml", tiny_model, port=0, output_dir=tmp_path / "outputs", max_steps=3,
+                       use_lora=False, learning_rate=1e-5)  # one full AdamW step at 1e-3 moves this model by KL ~1
+    try:
+        proc = subprocess.run([str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", socket_name],
+                              capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    finally:
+        subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True)
+    run_dir = tmp_path / "outputs" / "test"
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
+    assert [m["step"] for m in steps] == [1, 2, 3]
+    assert [m["policy_version"] for m in steps] == [0, 0, 1]  # batch n sampled by policy n-1 (batch 0: the base)
+    assert all(m["sync_s"] > 0 for m in steps)
+    assert all(m["mismatch_kl"] < 0.01 for m in steps), [m["mismatch_kl"] for m in steps]  # served == trained
+    server_log = (run_dir / "logs" / "inference.log").read_text()
+    for version in (0, 1, 2, 3):  # the base weights, then one reload per optimizer step
+        assert f"vfrl: loaded weights version {version} from" in server_log
+    assert "enable-lora" not in server_log.splitlines()[0]
+    assert sorted(p.name for p in (run_dir / "weights").iterdir()) == ["step-2", "step-3"]
+    # every weight trained: the saved policy differs from the base in an embedding, a norm and a linear layer
+    from safetensors.torch import load_file
+
+    base, trained = load_file(tiny_model / "model.safetensors"), load_file(run_dir / "weights" / "step-3" / "model.safetensors")
+    for key in ("model.embed_tokens.weight", "model.norm.weight", "model.layers.0.mlp.down_proj.weight"):
+        assert not torch.equal(base[key], trained[key]), key
