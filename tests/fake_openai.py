@@ -25,10 +25,12 @@ CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-# Like Qwen3: past assistant turns are rendered without their <think> block.
+# Like Qwen3: past assistant turns are rendered without their <think> block, and an assistant
+# message that ends the conversation gets an empty one.
 STRIPS_PAST_THINK = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
-    "{% if m['role'] == 'assistant' %}{{ m['content'].split('</think>')[-1].lstrip() }}"
+    "{% if m['role'] == 'assistant' %}{% if loop.last %}<think>\n\n</think>\n\n{% endif %}"
+    "{{ m['content'].split('</think>')[-1].lstrip() }}"
     "{% else %}{{ m['content'] }}{% endif %}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
@@ -55,7 +57,7 @@ class FakeOpenAI:
     """`policy(prompt_text) -> reply` or a list of replies returned in order."""
 
     def __init__(self, policy: Callable[[str], str] | list[str], template: str = CHATML,
-                 tool_parser: bool = False, max_model_len: int = 100_000, delay: float = 0.0):
+                 tool_parser: bool = False, max_model_len: int = 100_000, delay: float = 0.0, eos: bool = True):
         if isinstance(policy, list):
             replies = list(policy)
             policy = lambda prompt: replies.pop(0)  # noqa: E731
@@ -64,6 +66,7 @@ class FakeOpenAI:
         self.tool_parser = tool_parser  # as vLLM with --enable-auto-tool-choice --tool-call-parser hermes
         self.max_model_len = max_model_len
         self.delay = delay
+        self.eos = eos  # False: replies end without <|im_end|>, as when a stop string ends them
         self.base_url = httpx.URL("http://fake-vllm:8000/v1/")
         self.calls: list[tuple[str, dict]] = []
         self.in_flight = self.max_in_flight = 0
@@ -87,12 +90,15 @@ class FakeOpenAI:
             text = self.policy(decode(prompt_ids))
         finally:
             self.in_flight -= 1
-        ids = encode(text) + [IM_END]
+        ids = encode(text) + [IM_END] * self.eos
         finish = "stop"
         if max_tokens is not None and len(ids) > max_tokens:
             ids, finish = ids[:max_tokens], "length"
         logprobs = [logprob_at(len(prompt_ids) + i) for i in range(len(ids))]
         return decode([i for i in ids if i != IM_END]), ids, logprobs, finish
+
+    def _stop_reason(self):
+        return None if self.eos else "<stop string>"
 
     async def _chat(self, model, messages, logprobs=None, extra_body=None, tools=None, tool_choice=None,
                     max_tokens=None, **kwargs):
@@ -113,7 +119,7 @@ class FakeOpenAI:
                     "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}})
                 for i, c in enumerate(calls)
             ]
-        choice = SimpleNamespace(message=message, token_ids=ids, finish_reason=finish,
+        choice = SimpleNamespace(message=message, token_ids=ids, finish_reason=finish, stop_reason=self._stop_reason(),
                                  logprobs=SimpleNamespace(content=[SimpleNamespace(logprob=x) for x in lps]))
         return SimpleNamespace(choices=[choice], prompt_token_ids=prompt_ids)
 
@@ -122,6 +128,7 @@ class FakeOpenAI:
         assert isinstance(prompt, list) and extra_body["return_token_ids"] is True
         text, ids, lps, finish = await self._sample(list(prompt), max_tokens)
         choice = SimpleNamespace(text=text, token_ids=ids, finish_reason=finish, prompt_token_ids=list(prompt),
+                                 stop_reason=self._stop_reason(),
                                  logprobs=SimpleNamespace(token_logprobs=lps))
         return SimpleNamespace(choices=[choice])
 

@@ -240,6 +240,13 @@ def test_template_that_rewrites_history_falls_back_to_token_ids():
     check_sequence(r2, r2.prompt_ids + r2.completion_ids)
 
 
+def test_reply_without_end_of_turn_token_ends_the_rollout_on_the_token_path():
+    env = Echo(dataset=[{"question": "s", "info": {"rounds": 2}}])
+    env.sampler_flags["template_rewrites_history"] = True
+    r, state = rollout(env, FakeOpenAI(["a", "b", "c"], eos=False))
+    assert r.truncated and "end-of-turn token" in r.error and state["turn"] == 1
+
+
 def test_context_overflow_on_a_later_turn_ends_the_rollout_truncated():
     env = Echo(dataset=[{"question": "s", "info": {"rounds": 5}}])
     client = FakeOpenAI(["a" * 20] * 5, max_model_len=60)

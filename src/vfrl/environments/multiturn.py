@@ -15,7 +15,7 @@ from typing import Any
 import openai
 
 from vfrl.environments.environment import Environment, Messages, Rollout
-from vfrl.environments.sampling import TurnSampler
+from vfrl.environments.sampling import SequenceError, TurnSampler
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +64,11 @@ class MultiTurnEnv(Environment):
         while not await maybe_await(self.is_completed(messages, state)):
             try:
                 turn = await sampler.sample(messages, new)
-            except openai.BadRequestError as e:
+            except (openai.BadRequestError, SequenceError) as e:
                 if not sampler.seq.prompt_ids:
                     raise  # the first request failed: the prompt or the sampling arguments are wrong
-                # a later turn no longer fits the context window: end the rollout with what we have
+                # a later turn no longer fits the context window (or cannot be joined to the
+                # sequence): end the rollout with what we have
                 log.warning("rollout of example %s ended at turn %d: %s", example_id, state["turn"], e)
                 error, state["truncated"] = str(e), True
                 break

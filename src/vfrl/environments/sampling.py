@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 Messages = list[dict[str, Any]]
 OPENAI_SAMPLING_KEYS = {"temperature", "top_p", "max_tokens", "presence_penalty", "frequency_penalty", "seed", "stop", "n"}
-_ANCHOR: Messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+_ANCHOR: Messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]  # see _delta_ids
 
 
 def sampling_request(sampling: dict[str, Any]) -> dict[str, Any]:
@@ -98,6 +98,7 @@ class TurnSampler:
         self.tools = tools or None
         self.seq = TokenSequence()
         self.mode = "chat"
+        self.ended_on_stop_token = True  # did the last reply end with an end-of-turn token?
 
     async def sample(self, messages: Messages, new_messages: Messages) -> ModelTurn:
         """Sample the next reply to `messages`; `new_messages` are the ones added since the last reply."""
@@ -144,10 +145,13 @@ class TurnSampler:
         message: dict[str, Any] = {"role": "assistant", "content": choice.message.content or ""}
         if tool_calls := getattr(choice.message, "tool_calls", None):
             message["tool_calls"] = [tc.model_dump() if hasattr(tc, "model_dump") else dict(tc) for tc in tool_calls]
-        return ModelTurn(message, truncated=choice.finish_reason == "length")
+        return self._turn(message, choice)
 
     # ---- token path ----
     async def _token_turn(self, new_messages: Messages) -> ModelTurn:
+        if not self.ended_on_stop_token:
+            raise SequenceError("the model's reply did not end with an end-of-turn token (a stop string ended "
+                                "it?); cannot place the environment's tokens after it")
         delta = await self._delta_ids(new_messages, last_token=self.seq.ids[-1])
         prompt = self.seq.ids + delta
         request = sampling_request(self.sampling)
@@ -156,7 +160,13 @@ class TurnSampler:
         choice = resp.choices[0]
         self.seq.add_env(delta)
         self.seq.add_model(list(choice.token_ids), list(choice.logprobs.token_logprobs))
-        return ModelTurn({"role": "assistant", "content": choice.text or ""}, truncated=choice.finish_reason == "length")
+        return self._turn({"role": "assistant", "content": choice.text or ""}, choice)
+
+    def _turn(self, message: dict[str, Any], choice) -> ModelTurn:
+        # vLLM: stop_reason is None for EOS, a token id for stop_token_ids, the string for a stop string
+        self.ended_on_stop_token = choice.finish_reason == "stop" and not isinstance(
+            getattr(choice, "stop_reason", None), str)
+        return ModelTurn(message, truncated=choice.finish_reason == "length")
 
     async def _tokenize(self, messages: Messages, add_generation_prompt: bool) -> list[int]:
         root = str(self.client.base_url).rstrip("/").removesuffix("/v1")
@@ -167,16 +177,28 @@ class TurnSampler:
         return list(resp.json()["tokens"])
 
     async def _delta_ids(self, new_messages: Messages, last_token: int) -> list[int]:
-        """Tokens of `new_messages` + the generation prompt, as they follow a finished model reply."""
-        before = await self._tokenize(_ANCHOR, add_generation_prompt=False)
+        """Tokens of `new_messages` + the generation prompt, as they follow a finished model reply.
+
+        Renders anchor + new messages, and anchor + a different user message: both render the
+        anchor the same way (neither has it last, which templates like Qwen3's treat specially),
+        so they agree up to where the new messages begin. The delta starts right after the last
+        end-of-turn token (the token the model's reply ended with) they share, so that what the
+        template writes after it ("\n" in ChatML) belongs to the delta.
+        """
+        first = str(new_messages[0].get("content") or "")
+        other = [{"role": "user", "content": "1" if first.startswith("0") else "0"}]
         after = await self._tokenize(_ANCHOR + new_messages, add_generation_prompt=True)
-        # cut right after the anchor reply's end-of-turn token (the token the model's reply ended
-        # with), so the template's text after it ("\n" in ChatML) belongs to the delta
-        cut = len(before) - before[::-1].index(last_token) if last_token in before else len(before)
-        if after[:cut] != before[:cut]:
-            raise RuntimeError("the chat template renders a conversation differently when messages are added "
-                               "after it; cannot find the new messages' tokens")
+        probe = await self._tokenize(_ANCHOR + other, add_generation_prompt=True)
+        shared = next((i for i, (x, y) in enumerate(zip(after, probe)) if x != y), min(len(after), len(probe)))
+        if last_token not in after[:shared]:
+            raise SequenceError(f"the chat template does not end turns with token {last_token}, the one the "
+                                "model's reply ended with; cannot place the environment's tokens")
+        cut = shared - after[:shared][::-1].index(last_token)
         return after[cut:]
+
+
+class SequenceError(RuntimeError):
+    """A turn's tokens cannot be joined to the sequence; the rollout ends there."""
 
 
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
