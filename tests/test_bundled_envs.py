@@ -105,6 +105,23 @@ def test_reasoning_gym_task_config_and_mistakes():
         vfrl.load_environment("reasoning-gym", config={"no_such_setting": 1})
 
 
+# ---- the shipped run configs ----
+
+@pytest.mark.parametrize("config", sorted((ROOT / "configs" / "rl").glob("*.toml")), ids=lambda p: p.name)
+def test_every_rl_config_loads_its_environment_and_its_first_turn_fits(config, tiny_model):
+    cfg = vfrl.load_config(config)
+    env = vfrl.load_environment(cfg.env.id, **cfg.env.args)
+    assert env.dataset
+    if Path(cfg.model).name != tiny_model.name:
+        return  # a hub model: its tokenizer is not here to count with
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    longest = max(len(tok.encode(tok.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)))
+                  for row in env.dataset[:200])
+    assert longest + cfg.args.max_tokens <= min(cfg.args.max_seq_len, cfg.inference.args.get("max_model_len", 1024))
+
+
 # ---- every bundled environment through vf-eval, real server ----
 
 # Env args that keep prompts short: the tiny model's tokenizer spends one token per character and
