@@ -135,7 +135,7 @@ def print_summary(summary: dict[str, Any], n_rollouts: int) -> None:
 
 @app.command()
 def evaluate(
-    env_id: Annotated[str, typer.Argument(help="Installed environment id, e.g. reverse-text.")],
+    env_id: Annotated[str, typer.Argument(metavar="ENV_ID", help="Installed environment id, e.g. reverse-text.")],
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model name as the server knows it \\[default: the first model the server lists].")] = None,
     api_base_url: Annotated[Optional[str], typer.Option("--api-base-url", "-b", help=f"OpenAI-compatible base URL \\[default: {DEFAULT_BASE_URL}].")] = None,
     api_key_var: Annotated[Optional[str], typer.Option("--api-key-var", "-k", help=f"Environment variable holding the API key \\[default: {DEFAULT_KEY_VAR}; 'EMPTY' when unset].")] = None,
@@ -150,8 +150,7 @@ def evaluate(
 ) -> None:
     """Evaluate ENV_ID: N examples x R rollouts against the server; print the mean reward and each metric's mean.
 
-    Defaults for these options can come from the environment package's pyproject.toml, table
-    [tool.vfrl.eval]; flags given here win."""
+    Defaults can come from \\[tool.vfrl.eval] in the environment's pyproject.toml; flags win."""
     from vfrl.environments.loader import EnvironmentNotFound, load_environment
 
     try:
