@@ -3,6 +3,7 @@ the whole path `vf-init` -> `vf-install` -> `load_environment` -> `vf-eval` on a
 against the shared real vLLM server."""
 
 import asyncio
+import importlib
 import json
 import os
 import subprocess
@@ -107,6 +108,46 @@ def test_install_user_errors_are_one_line(tmp_path):
     assert "not a package folder" in one_error_line(run_cli("vf-install", "-p", str(tmp_path)), "vf-install")
     assert "not found" in one_error_line(run_cli("vf-install", str(tmp_path / "x-1.0-py3-none-any.whl")), "vf-install")
     assert "NAME or --path" in one_error_line(run_cli("vf-install"), "vf-install")
+
+
+def installed_and_loadable(name: str) -> bool:
+    importlib.invalidate_caches()
+    sys.modules.pop(name.replace("-", "_"), None)
+    try:
+        return len(vfrl.load_environment(name).dataset) == 200
+    except vfrl.environments.loader.EnvironmentNotFound:
+        return False
+
+
+@pytest.mark.e2e
+def test_install_from_a_wheel_file_and_from_a_git_url(tmp_path):
+    """Real pip installs into this Python (no dependencies needed: vfrl is here), removed afterwards."""
+    name = f"packed-env-{uuid.uuid4().hex[:8]}"
+    src = create_package(name, tmp_path / "src")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(tmp_path / "dist"), str(src)], check=True, capture_output=True)
+    wheel = next((tmp_path / "dist").glob("*.whl"))
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    for filename, text in render(name).items():
+        (repo / filename).write_text(text)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "env"], check=True)
+    try:
+        done = cli("vf-install", str(wheel), "--no-deps", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert f"from wheel {wheel}" in done.stdout and f"environments provided: {name}" in done.stdout
+        assert installed_and_loadable(name)
+        subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", name], check=True, capture_output=True)
+        assert not installed_and_loadable(name)
+        done = cli("vf-install", f"git+file://{repo}", "--no-deps", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert f"from git git+file://{repo}" in done.stdout and f"environments provided: {name}" in done.stdout
+        assert installed_and_loadable(name)
+    finally:
+        subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", name], capture_output=True)
+        sys.modules.pop(name.replace("-", "_"), None)
 
 
 # ---- vf-eval pieces ----
