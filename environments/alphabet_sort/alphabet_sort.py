@@ -1,9 +1,11 @@
 """alphabet-sort: sort names alphabetically, then sort again as each follow-up turn adds names.
 
 Turn 1 gives 3-5 names; each later turn adds 1-3 more and asks for the whole list sorted again.
-The reward is dense: per turn, difflib's similarity between the reply's lines and the correct
-sorted list (1.0 when identical), averaged over all turns (a turn never answered scores 0). The
-fraction of turns sorted exactly is logged as `exact_turns` (weight 0).
+The reward is dense: per turn, difflib's similarity between the reply (one name per line, bullets
+and numbering dropped) and the correct sorted list as text, 1.0 when identical, averaged over all
+turns (a turn never answered scores 0). Character-level similarity gives partial credit to a
+misspelt or half-sorted list. The fraction of turns sorted exactly is logged as `exact_turns`
+(weight 0).
 """
 
 import random
@@ -41,24 +43,22 @@ def reply_names(text: str) -> list[str]:
     return [re.sub(r"^\s*(?:[-*]|\d+[.)])?\s*", "", line).strip() for line in text.splitlines() if line.strip()]
 
 
-def turn_scores(completion, info) -> list[float]:
+def turns(completion, info) -> list[tuple[list[str] | None, list[str]]]:
+    """(names in the reply, or None if the turn never came; the correct sorted names) per turn."""
     replies = [m["content"] or "" for m in completion if m["role"] == "assistant"]
-    scores = []
-    for t in range(len(info["rounds"])):
-        expected = sorted(n for r in info["rounds"][: t + 1] for n in r)
-        got = reply_names(replies[t]) if t < len(replies) else None
-        scores.append(0.0 if got is None else SequenceMatcher(None, got, expected).ratio())
-    return scores
+    return [(reply_names(replies[t]) if t < len(replies) else None,
+             sorted(n for r in info["rounds"][: t + 1] for n in r)) for t in range(len(info["rounds"]))]
 
 
 def sort_similarity(completion, info) -> float:
-    scores = turn_scores(completion, info)
+    scores = [0.0 if got is None else SequenceMatcher(None, "\n".join(got), "\n".join(want)).ratio()
+              for got, want in turns(completion, info)]
     return sum(scores) / len(scores)
 
 
 def exact_turns(completion, info) -> float:
-    scores = turn_scores(completion, info)
-    return sum(s == 1.0 for s in scores) / len(scores)
+    done = turns(completion, info)
+    return sum(got == want for got, want in done) / len(done)
 
 
 class AlphabetSortEnv(vfrl.MultiTurnEnv):
