@@ -16,8 +16,6 @@ import torch
 from conftest import BIN, free_port, write_config
 from vfrl.trainer.trainer import wait_for_server
 
-pytestmark = pytest.mark.e2e
-
 API_KEY = "test-key"
 
 
@@ -96,6 +94,7 @@ def max_logprob_gap(model, rollouts) -> float:
     return worst
 
 
+@pytest.mark.e2e
 def test_vllm_logprobs_match_trainer_after_full_weight_sync(vllm_server, sync, tiny_model):
     base_url, tmp = vllm_server
     model = load(tiny_model)
@@ -118,6 +117,7 @@ def test_vllm_logprobs_match_trainer_after_full_weight_sync(vllm_server, sync, t
     assert sorted(p.name for p in (tmp / "weights").iterdir()) == ["step-1", "step-2"]
 
 
+@pytest.mark.e2e
 def test_requests_in_flight_during_a_sync_finish_on_the_old_weights(vllm_server, sync, tiny_model):
     base_url, tmp = vllm_server
     old = perturbed(load(tiny_model), seed=10)
@@ -143,6 +143,7 @@ def test_requests_in_flight_during_a_sync_finish_on_the_old_weights(vllm_server,
     assert sorted(p.name for p in (tmp / "weights").iterdir()) == ["step-10", "step-11"]  # keep the last 2
 
 
+@pytest.mark.e2e
 def test_weight_endpoints_need_the_api_key(vllm_server):
     root = vllm_server[0].removesuffix("/v1")
     for path in ("/collective_rpc", "/pause", "/resume", "/reset_prefix_cache"):
@@ -150,6 +151,7 @@ def test_weight_endpoints_need_the_api_key(vllm_server):
     assert httpx.get(root + "/health").status_code == 200
 
 
+@pytest.mark.e2e
 def test_vf_rl_full_finetuning_three_steps(tmp_path, tiny_model):
     socket_name = f"vfrl-fullft-{tmp_path.name}"
     cfg = write_config(tmp_path / "cfg.toml", tiny_model, port=0, output_dir=tmp_path / "outputs", max_steps=3,
@@ -177,3 +179,17 @@ def test_vf_rl_full_finetuning_three_steps(tmp_path, tiny_model):
     base, trained = load_file(tiny_model / "model.safetensors"), load_file(run_dir / "weights" / "step-3" / "model.safetensors")
     for key in ("model.embed_tokens.weight", "model.norm.weight", "model.layers.0.mlp.down_proj.weight"):
         assert not torch.equal(base[key], trained[key]), key
+
+
+def test_full_weight_mode_serves_without_lora_through_the_worker_extension():
+    from vfrl.inference.server import server_argv, server_env
+
+    full = server_argv("m", "127.0.0.1", 8000, None, {})
+    assert "--enable-lora" not in full
+    assert full[full.index("--worker-extension-cls") + 1] == "vfrl.inference.worker_extension.WeightReloadExtension"
+    assert full[full.index("--middleware") + 1] == "vfrl.inference.server.require_api_key"
+    env = server_env({"VFRL_API_KEY": "k"}, full_weights=True)
+    assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_API_KEY"] == "k" and "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in env
+    lora = server_argv("m", "127.0.0.1", 8000, 8, {})
+    assert "--enable-lora" in lora and "--worker-extension-cls" not in lora
+    assert "VLLM_SERVER_DEV_MODE" not in server_env({}, full_weights=False)
