@@ -24,6 +24,7 @@ class BuildPyWithBundle(build_py):
             return
         target = Path(self.build_lib) / "vfrl" / "_bundled"
         for rel in bundle.bundled_files(ROOT):
+            self.mkpath(str((target / rel).parent))
             self.copy_file(str(ROOT / rel), str(target / rel), preserve_mode=False)
 
 

@@ -175,11 +175,18 @@ def test_a_mistyped_option_is_not_taken_for_a_config_key(tmp_path, monkeypatch):
 
 # ---- the launcher stays light ----
 
-def test_vf_rl_imports_no_torch_or_vllm():
-    code = ("import sys, vfrl.launcher.cli; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'vllm', 'transformers', 'peft', 'accelerate'}))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+HEAVY = {"torch", "vllm", "transformers", "peft", "accelerate"}
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["@", "configs/rl/quickstart.toml", "--dry-run"],
+                                  ["status", "--tmux-socket", "vfrl-no-such-server"]])
+def test_vf_rl_imports_no_torch_or_vllm(argv):
+    """The console script's own path (main()), not just the module: help, errors and plans stay fast."""
+    code = ("import sys\nfrom vfrl.launcher.cli import main\nsys.argv = ['vf-rl', *sys.argv[1:]]\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            f"print('HEAVY', sorted({{m.split('.')[0] for m in sys.modules}} & {HEAVY!r}))")
+    res = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=ROOT)
+    assert res.stdout.splitlines()[-1] == "HEAVY []", res.stdout[-2000:] + res.stderr[-2000:]
 
 
 def test_vf_rl_help_runs_and_documents_overrides():

@@ -1,10 +1,16 @@
 """vfrl: RL post-training for language models (vLLM inference + peft/accelerate trainer, one TOML)."""
 
-from vfrl.config import RLConfig, load_config
-from vfrl.environments import (
-    EnvGroup, Environment, JudgeRubric, MathRubric, MultiTurnEnv, Parser, Rollout, Rubric, RubricGroup,
-    SingleTurnEnv, StatefulToolEnv, ThinkParser, ToolEnv, XMLParser, extract_boxed_answer, load_environment,
-)
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from vfrl.config import RLConfig, load_config
+    from vfrl.environments import (
+        EnvGroup, Environment, JudgeRubric, MathRubric, MultiTurnEnv, Parser, Rollout, Rubric, RubricGroup,
+        SingleTurnEnv, StatefulToolEnv, ThinkParser, ToolEnv, XMLParser, extract_boxed_answer, load_environment,
+    )
 
 __version__ = "0.1.0"
 __all__ = [
@@ -13,3 +19,13 @@ __all__ = [
     "Rubric", "RubricGroup", "JudgeRubric", "MathRubric", "extract_boxed_answer",
     "Parser", "XMLParser", "ThinkParser", "load_environment",
 ]
+_HOME = {"RLConfig": "vfrl.config", "load_config": "vfrl.config"}
+
+
+def __getattr__(name: str):
+    """Exports load on first use: `vf-rl` imports vfrl.config and must not pay for openai (environments)."""
+    if name not in __all__:
+        raise AttributeError(f"module 'vfrl' has no attribute {name!r}")
+    value = getattr(import_module(_HOME.get(name, "vfrl.environments")), name)
+    globals()[name] = value
+    return value

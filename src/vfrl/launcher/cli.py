@@ -75,6 +75,7 @@ def run(
     session: Annotated[Optional[str], typer.Option("--session", "-s", help="tmux session name \\[default: run_name].")] = None,
     tmux_socket: SocketOption = None,
     attach: Annotated[Optional[bool], typer.Option("--attach/--no-attach", help="Attach to the session \\[default: when stdout is a terminal]; without it vf-rl waits for the trainer, streams its log and exits with its code.")] = None,
+    detach: Annotated[bool, typer.Option("--detach", "-d", help="Start the session and return at once (follow with `vf-rl logs -f`).")] = False,
     replace: Annotated[bool, typer.Option("--replace", help="If the session already exists, stop it cleanly (as `vf-rl stop` does), then start.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved config and the plan (devices, each pane's exact script and environment, run directory); start nothing.")] = False,
     resume: Annotated[Optional[str], typer.Option("--resume", is_flag=False, flag_value="latest", metavar="[STEP|PATH]", help="Continue from a checkpoint in the same run dir: alone, the newest one of the newest run dir of this run_name; or a step number; or a checkpoint/run dir path.")] = None,
@@ -161,6 +162,10 @@ def run(
     typer.echo(f"vf-rl: run directory {run_dir}")
     typer.echo(f"vf-rl: tmux session '{session_name}' started (inference on {plan.device}, "
                f"vLLM at http://{inference.host}:{inference.port}/v1)")
+    if detach:
+        typer.echo(f"vf-rl: follow with `vf-rl logs -f{' --tmux-socket ' + tmux_socket if tmux_socket else ''}` or "
+                   f"`{tmux_hint(tmux_socket)} attach -t {session_name}`; stop with `vf-rl stop {session_name}`")
+        raise typer.Exit(0)
     if attach is None:
         attach = sys.stdout.isatty()
     if attach:

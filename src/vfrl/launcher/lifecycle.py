@@ -41,7 +41,10 @@ def stop_run(srv: libtmux.Server, session: str, trainer_grace: float = 60, grace
         tmux.send_ctrl_c(srv, trainer.pane_id)
         if not wait_dead(srv, session, "trainer", trainer_grace):
             echo("vf-rl: the trainer did not stop; terminating it")
-            killed |= procs.terminate(procs.pane_processes([trainer.pid]), grace=10)
+            # the pane's shell is spared, so its epilogue still records the exit code and stops inference
+            killed |= procs.terminate(procs.pane_processes([trainer.pid]) - {trainer.pid}, grace=10)
+            if not wait_dead(srv, session, "trainer", grace):
+                killed |= procs.terminate(procs.pane_processes([trainer.pid]), grace=5)
     inference = panes["inference"]
     if inference and not wait_dead(srv, session, "inference", grace):
         echo("vf-rl: the inference server did not stop; terminating it")

@@ -1,0 +1,117 @@
+"""Session life with real tmux (private socket) and stand-in pane processes: an existing session is refused,
+status/logs work unattached, stop leaves no process (even a stubborn one), --replace only stops vf-rl sessions.
+The same with the real vLLM server and trainer: test_launcher_session_e2e.py."""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import write_config
+from vfrl.launcher import procs, tmux
+from vfrl.launcher.config_errors import load_user_config
+from vfrl.launcher.plan import Machine, make_plan, pane_script, trainer_epilogue
+
+VF_RL = str(Path(sys.executable).parent / "vf-rl")
+
+
+@pytest.fixture
+def socket_name(tmp_path):
+    name = f"vfrl-session-{tmp_path.name}"
+    yield name
+    subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
+
+
+def fake_run(tmp_path: Path, socket_name: str, session: str, stubborn: bool = False) -> tuple[Path, set[int]]:
+    """A vf-rl session whose panes run `sleep` instead of vLLM and the trainer (same scripts, same epilogue)."""
+    cfg = load_user_config(write_config(tmp_path / "cfg.toml", Path("m"), 0, tmp_path / "outputs"))
+    run_dir = tmp_path / "outputs" / session
+    plan = make_plan(cfg, run_dir, session, Machine(0, 2), tmp_path)
+    plan.inference.command = ["bash", "-c", f"echo $$ > {run_dir}/inference.pid; echo serving; exec sleep 600"]
+    plan.trainer.command = (["bash", "-c", "trap '' INT TERM; echo training; sleep 600 & wait; sleep 600"] if stubborn
+                            else ["bash", "-c", "echo training; exec sleep 600"])
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / ".api_key").write_text("k")
+    plan.inference.script.write_text(pane_script(plan.inference, run_dir, tmp_path))
+    plan.trainer.script.write_text(pane_script(plan.trainer, run_dir, tmp_path, trainer_epilogue(run_dir, grace_s=5)))
+    srv = tmux.server(socket_name)
+    tmux.start_session(srv, plan, tmp_path)
+    deadline = time.time() + 10
+    while time.time() < deadline and not ((run_dir / "logs/trainer.log").exists() and (run_dir / "inference.pid").exists()):
+        time.sleep(0.1)
+    time.sleep(0.5)
+    leaders = [tmux.pane_state(srv, session, role).pid for role in ("inference", "trainer")]
+    pids = procs.pane_processes(leaders)
+    assert len(pids) >= 6, pids  # 2 pane shells, 2 tee, sleep x2 (+ the stubborn bash)
+    return run_dir, pids
+
+
+def vf_rl(*args, cwd=None, timeout=60):
+    return subprocess.run([VF_RL, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+
+
+def test_existing_session_is_refused_and_left_running(tmp_path, socket_name):
+    run_dir, pids = fake_run(tmp_path, socket_name, "test")
+    res = vf_rl("@", str(tmp_path / "cfg.toml"), "--no-attach", "--tmux-socket", socket_name, cwd=tmp_path)
+    assert res.returncode == 2
+    assert res.stderr.strip() == (
+        f"vf-rl: error: a tmux session named 'test' is already running. Attach with `tmux -L {socket_name} attach "
+        f"-t test`, stop it with `vf-rl stop test`, start this run with --replace to stop that one first, or pick "
+        f"another name with --session.")
+    assert procs.alive(pids) == pids  # nothing was killed
+    assert not (tmp_path / "outputs" / "test-2").exists()  # and nothing was started
+
+
+def test_status_and_logs_without_attaching(tmp_path, socket_name):
+    run_dir, _ = fake_run(tmp_path, socket_name, "test")
+    (run_dir / "metrics.jsonl").write_text('{"step": 3, "max_steps": 10, "reward_mean": 0.5}\n')
+    status = vf_rl("status", "--tmux-socket", socket_name)
+    assert status.stdout.strip() == (f"test: trainer running, inference running, step 3/10, reward 0.500 | {run_dir}")
+    assert vf_rl("logs", "--tmux-socket", socket_name).stdout == "training\n"
+    assert vf_rl("logs", "--pane", "inference", "--tmux-socket", socket_name).stdout == "serving\n"
+    assert vf_rl("logs", str(run_dir)).stdout == "training\n"  # a run directory works too, session or not
+    bad = vf_rl("logs", "nope", "--tmux-socket", socket_name)
+    assert bad.returncode == 2 and "no vf-rl session named 'nope'" in bad.stderr and "running: test" in bad.stderr
+
+
+def test_stop_takes_the_ctrl_c_path_and_leaves_no_process(tmp_path, socket_name):
+    run_dir, pids = fake_run(tmp_path, socket_name, "test")
+    res = vf_rl("stop", "--tmux-socket", socket_name)
+    assert res.returncode == 0, res.stderr
+    assert "Ctrl-C to the trainer" in res.stdout and "stopped 'test' (trainer exit code 130)" in res.stdout
+    assert "SIGKILL" not in res.stdout  # the clean path was enough
+    assert procs.alive(pids) == set()
+    assert (run_dir / "trainer.exitcode").read_text().strip() == "130"
+    assert not (run_dir / ".api_key").exists()
+    assert not tmux.session_exists(tmux.server(socket_name), "test")
+    assert vf_rl("stop", "--tmux-socket", socket_name).stderr.startswith("vf-rl: error: no vf-rl session is running")
+
+
+def test_stop_ends_a_trainer_that_ignores_ctrl_c(tmp_path, socket_name):
+    run_dir, pids = fake_run(tmp_path, socket_name, "test", stubborn=True)
+    res = vf_rl("stop", "--timeout", "2", "--tmux-socket", socket_name)
+    assert res.returncode == 0, res.stderr
+    assert "the trainer did not stop; terminating it" in res.stdout
+    assert procs.alive(pids) == set()
+    assert (run_dir / "trainer.exitcode").read_text().strip() == "137"  # the pane script still recorded it
+    assert not tmux.session_exists(tmux.server(socket_name), "test")
+
+
+def test_replace_refuses_a_session_vf_rl_did_not_start(tmp_path, socket_name):
+    write_config(tmp_path / "cfg.toml", Path("m"), 0, tmp_path / "outputs")
+    subprocess.run(["tmux", "-L", socket_name, "new-session", "-d", "-s", "test", "sleep 600"], check=True)
+    res = vf_rl("@", str(tmp_path / "cfg.toml"), "--replace", "--no-attach", "--tmux-socket", socket_name, cwd=tmp_path)
+    assert res.returncode == 2 and "was not started by vf-rl" in res.stderr
+    assert tmux.session_exists(tmux.server(socket_name), "test")
+
+
+def test_several_sessions_need_a_name(tmp_path, socket_name):
+    fake_run(tmp_path / "a", socket_name, "a") if (tmp_path / "a").mkdir() is None else None
+    fake_run(tmp_path / "b", socket_name, "b") if (tmp_path / "b").mkdir() is None else None
+    res = vf_rl("stop", "--tmux-socket", socket_name)
+    assert res.returncode == 2 and "2 vf-rl sessions are running" in res.stderr
+    assert len(vf_rl("status", "--tmux-socket", socket_name).stdout.splitlines()) == 2
+    assert vf_rl("stop", "a", "--tmux-socket", socket_name).returncode == 0
+    assert list(tmux.run_sessions(tmux.server(socket_name))) == ["b"]

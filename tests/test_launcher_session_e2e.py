@@ -1,0 +1,141 @@
+"""Stopping a real run: real tmux (private socket), the real vLLM CPU server, the real trainer.
+
+`vf-rl stop`, and Ctrl-C in the trainer pane, each end a run mid-training: afterwards no process of
+either pane is left (pids of both panes and all their children, vLLM's engine core included), the
+port is free, and every adapter on disk loads.
+"""
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from conftest import write_config
+from test_launcher_session import fake_run
+from vfrl.launcher import procs, tmux
+
+pytestmark = pytest.mark.e2e
+VF_RL = str(Path(sys.executable).parent / "vf-rl")
+
+
+@pytest.fixture(scope="module")
+def socket_name(tmp_path_factory):
+    name = f"vfrl-stop-e2e-{tmp_path_factory.mktemp('sock').name}"
+    yield name
+    srv = tmux.server(name)
+    for session in tmux.run_sessions(srv):  # on failure: the same clean stop, so no vLLM is left behind
+        from vfrl.launcher.lifecycle import stop_run
+
+        stop_run(srv, session, trainer_grace=20, echo=lambda _: None)
+    subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
+
+
+def vf_rl(*args, cwd, timeout=180):
+    return subprocess.run([VF_RL, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+
+
+def wait_for_a_step(run_dir: Path, timeout: float = 400) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if (run_dir / "metrics.jsonl").is_file() and (run_dir / "metrics.jsonl").read_text().strip():
+            return
+        if (run_dir / "trainer.exitcode").exists():
+            break
+        time.sleep(1)
+    logs = {p.name: p.read_text()[-3000:] for p in (run_dir / "logs").glob("*.log")}
+    pytest.fail(f"no training step logged in {run_dir}: {logs}")
+
+
+def run_processes(socket_name: str, session: str, run_dir: Path) -> set[int]:
+    srv = tmux.server(socket_name)
+    leaders = [tmux.pane_state(srv, session, role).pid for role in ("inference", "trainer")]
+    pids = procs.pane_processes(leaders)
+    server = int((run_dir / "inference.pid").read_text())
+    assert server in pids
+    assert any(Path(f"/proc/{p}/stat").exists() and procs._stat(p)[0] == server for p in pids), \
+        "vLLM's engine core (a child of the server) should be among the run's processes"
+    return pids
+
+
+def assert_port_free(run_dir: Path) -> None:
+    port = tomllib.loads((run_dir / "config.toml").read_text())["inference"]["port"]
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0, f"something still listens on {port}"
+
+
+def assert_adapters_intact(run_dir: Path) -> None:
+    from safetensors.torch import load_file
+
+    adapters = [d for d in (run_dir / "adapters").iterdir() if not d.name.startswith(".")]
+    assert adapters
+    for d in adapters:
+        assert json.loads((d / "adapter_config.json").read_text())["r"] == 8
+        assert load_file(d / "adapter_model.safetensors")
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory, tiny_model, socket_name):
+    """Two real runs started side by side (one vLLM start-up of wall time instead of two):
+    "test" plainly, and "ctrlc" with --replace over a running vf-rl session of that name."""
+    tmp = tmp_path_factory.mktemp("runs")
+    (tmp / "a").mkdir(), (tmp / "b").mkdir(), (tmp / "old").mkdir()
+    _, old_pids = fake_run(tmp / "old", socket_name, "ctrlc")
+    runs = {}
+    for session, sub, extra in (("test", "a", []), ("ctrlc", "b", ["--session", "ctrlc", "--replace"])):
+        cfg = write_config(tmp / sub / "cfg.toml", tiny_model, port=0, output_dir=tmp / sub / "outputs", max_steps=1000)
+        started = vf_rl("@", str(cfg), "--detach", "--tmux-socket", socket_name, *extra, cwd=tmp / sub)
+        assert started.returncode == 0, started.stderr
+        runs[session] = (cfg, tmp / sub / "outputs" / "test")
+    for _, run_dir in runs.values():
+        wait_for_a_step(run_dir)
+    return runs, old_pids
+
+
+def test_vf_rl_stop_ends_a_real_run_and_leaves_no_process(two_runs, socket_name):
+    cfg, run_dir = two_runs[0]["test"]
+    pids = run_processes(socket_name, "test", run_dir)
+    again = vf_rl("@", str(cfg), "--detach", "--tmux-socket", socket_name, cwd=cfg.parent)
+    assert again.returncode == 2 and "already running" in again.stderr
+    assert procs.alive(pids) == pids
+    assert vf_rl("status", "--tmux-socket", socket_name, cwd=cfg.parent).stdout.count(
+        ": trainer running, inference running, step ") == 2
+
+    t0 = time.time()
+    stopped = vf_rl("stop", "test", "--tmux-socket", socket_name, cwd=cfg.parent)
+    assert stopped.returncode == 0, stopped.stderr
+    assert "trainer exit code 130" in stopped.stdout and "leftover" not in stopped.stdout, stopped.stdout
+    assert procs.alive(pids) == set()
+    assert not tmux.session_exists(tmux.server(socket_name), "test")
+    assert_port_free(run_dir)
+    assert_adapters_intact(run_dir)
+    assert "vf-train: interrupted" in (run_dir / "logs" / "trainer.log").read_text()
+    print(f"vf-rl stop took {time.time() - t0:.1f}s")
+
+
+def test_replace_stopped_the_old_session_first(two_runs):
+    _, old_pids = two_runs
+    assert procs.alive(old_pids) == set()
+
+
+def test_ctrl_c_in_the_trainer_pane_stops_both_processes(two_runs, socket_name):
+    cfg, run_dir = two_runs[0]["ctrlc"]
+    pids = run_processes(socket_name, "ctrlc", run_dir)
+    srv = tmux.server(socket_name)
+    subprocess.run(["tmux", "-L", socket_name, "send-keys", "-t", tmux.pane_state(srv, "ctrlc", "trainer").pane_id,
+                    "C-c"], check=True)
+    t0 = time.time()
+    left = procs.wait_gone(pids, timeout=120)  # nothing but the pane scripts themselves does the stopping
+    assert left == set(), procs.describe(left)
+    print(f"Ctrl-C to no process left: {time.time() - t0:.1f}s")
+    assert (run_dir / "trainer.exitcode").read_text().strip() == "130"
+    assert_port_free(run_dir)
+    assert_adapters_intact(run_dir)
+    # the panes stay (remain-on-exit) so their last lines can be read; stop just closes the session
+    assert vf_rl("status", "--tmux-socket", socket_name, cwd=cfg.parent).stdout.startswith(
+        "ctrlc: trainer exited 130, inference exited ")
+    assert vf_rl("stop", "ctrlc", "--tmux-socket", socket_name, cwd=cfg.parent).returncode == 0
