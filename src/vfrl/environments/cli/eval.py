@@ -189,7 +189,11 @@ def evaluate(
         if api_key_var is not None:  # asked for by name: it must be there
             fail(PROG, f"${key_var} is not set; export it or pass -k with the variable that holds the API key")
         api_key = "EMPTY"
-    asyncio.run(_run(env, env_id, args, opts, sampling, base_url, key_var, api_key, n, split, source, output))
+    try:
+        asyncio.run(_run(env, env_id, args, opts, sampling, base_url, key_var, api_key, n, split, source, output))
+    except KeyboardInterrupt:
+        typer.echo(f"{PROG}: interrupted; groups finished before that are kept in results.jsonl (no metadata.json)", err=True)
+        raise typer.Exit(130) from None
 
 
 async def _run(env, env_id, env_args, opts, sampling, base_url, key_var, api_key, n, split, source, output) -> None:
@@ -220,10 +224,10 @@ async def _run(env, env_id, env_args, opts, sampling, base_url, key_var, api_key
             bar = progress.add_task(env_id, total=n * r)
             rollouts = await run_eval(env, client, model, n, r, sampling, opts["max_concurrent"],
                                       out / "results.jsonl", lambda k: progress.advance(bar, k))
-    except Exception as e:
+    except BaseException as e:  # also Ctrl-C: no empty results file left behind
         if out is not None:
             _remove_if_empty(out / "results.jsonl")
-        line = api_error_message(e, base_url, model or "?", key_var)
+        line = api_error_message(e, base_url, model or "?", key_var) if isinstance(e, Exception) else None
         if line is None:
             raise
         fail(PROG, line)
