@@ -6,51 +6,32 @@ sequence: then the masks and logprobs line up with the tokens that get the loss.
 """
 
 import asyncio
-import os
-import subprocess
 
 import httpx
 import pytest
-import tomli_w
 import torch
 
-from conftest import BIN, free_port
 from vfrl import load_environment
-from vfrl.trainer.trainer import wait_for_server
 
 pytestmark = pytest.mark.e2e
 
-API_KEY = "test-key"
 SAMPLING = {"temperature": 1.0, "max_tokens": 24}
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, tiny_model):
-    tmp = tmp_path_factory.mktemp("mt-server")
-    port = free_port()
-    (tmp / "config.toml").write_text(tomli_w.dumps({
-        "model": str(tiny_model), "env": {"id": "alphabet-sort"},
-        "inference": {"port": port, "args": {"dtype": "float32", "max_model_len": 1024, "enforce_eager": True}},
-    }))
-    env = {**os.environ, "VFRL_API_KEY": API_KEY, "CUDA_VISIBLE_DEVICES": ""}
-    log = open(tmp / "server.log", "w")
-    proc = subprocess.Popen([str(BIN / "vf-vllm"), "@", str(tmp / "config.toml")], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        wait_for_server(f"http://127.0.0.1:{port}/v1", timeout=300)
-        yield f"http://127.0.0.1:{port}", str(tiny_model)
-    finally:
-        os.killpg(proc.pid, 15)
-        proc.wait(60)
+def server(shared_vllm_server):
+    """(root URL, model, API key) of the session's vLLM server (tests/conftest.py), ChatML template."""
+    srv = shared_vllm_server
+    return srv.base_url.removesuffix("/v1"), srv.model, srv.api_key
 
 
 def rollouts(env, server, n=4):
     from openai import AsyncOpenAI
 
-    root, model = server
+    root, model, api_key = server
 
     async def go():
-        client = AsyncOpenAI(base_url=f"{root}/v1", api_key=API_KEY)
+        client = AsyncOpenAI(base_url=f"{root}/v1", api_key=api_key)
         return await asyncio.gather(*(
             env.rollout_with_state(client, model, env.dataset[i], i, {**SAMPLING, "seed": i}) for i in range(n)))
 
@@ -58,9 +39,9 @@ def rollouts(env, server, n=4):
 
 
 def server_tokens(server, messages) -> list[int]:
-    root, model = server
+    root, model, api_key = server
     resp = httpx.post(f"{root}/tokenize", json={"model": model, "messages": messages, "add_generation_prompt": False},
-                      headers={"Authorization": f"Bearer {API_KEY}"})
+                      headers={"Authorization": f"Bearer {api_key}"})
     return resp.json()["tokens"]
 
 
