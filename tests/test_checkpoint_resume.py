@@ -48,7 +48,7 @@ def sgd_step(model, opt, sched):
     opt.step()
     sched.step()
     opt.zero_grad()
-    return float(loss)
+    return float(loss.detach())
 
 
 def state(step):
@@ -87,6 +87,28 @@ def test_checkpoint_layout_is_a_usable_adapter(tmp_path, tiny_model):
     assert path.name == "step-3"
     assert {p.name for p in path.iterdir()} == {"model", "trainer_state.pt", "trainer_state.json", "COMPLETE"}
     assert (path / "model" / "adapter_config.json").exists() and (path / "model" / "adapter_model.safetensors").exists()
+
+
+def test_full_weights_checkpoint_round_trip(tmp_path, tiny_model):
+    """use_lora = false: save_pretrained writes all weights (tied lm_head once); loading restores them all."""
+    from transformers import AutoModelForCausalLM, get_scheduler
+
+    def setup(seed):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        return model, opt, get_scheduler("constant", opt)
+
+    model, opt, sched = setup(0)
+    sgd_step(model, opt, sched)
+    path = save_checkpoint(tmp_path, model, opt, sched, state(1))
+    assert not (path / "model" / "adapter_model.safetensors").exists()
+    expected_loss = sgd_step(model, opt, sched)
+    model2, opt2, sched2 = setup(5)
+    load_checkpoint(path, model2, opt2, sched2)
+    assert sgd_step(model2, opt2, sched2) == expected_loss
+    for (n, p), (_, q) in zip(model.named_parameters(), model2.named_parameters()):
+        assert torch.equal(p, q), n
 
 
 class DiesWhileSaving:
@@ -145,6 +167,18 @@ def test_resume_without_checkpoint_is_one_clear_line(tmp_path, tiny_model):
                            f"vfrl-resume-{tmp_path.name}"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr and "no run directory" in proc.stderr and "save_strategy" in proc.stderr
+
+
+def test_cpu_server_never_chunks_prefills_of_seeded_requests(monkeypatch):
+    """vLLM CPU: a chunked prefill rewinds the request's generator, which CPU generators cannot do."""
+    from vfrl.inference import server
+
+    monkeypatch.setattr(server, "_has_cuda", lambda: False)
+    assert "--no-enable-chunked-prefill" in server.server_argv("m", "127.0.0.1", 8000, 8, {})
+    user = server.server_argv("m", "127.0.0.1", 8000, 8, {"enable_chunked_prefill": True})
+    assert "--enable-chunked-prefill" in user and "--no-enable-chunked-prefill" not in user
+    monkeypatch.setattr(server, "_has_cuda", lambda: True)
+    assert "--no-enable-chunked-prefill" not in server.server_argv("m", "127.0.0.1", 8000, 8, {})
 
 
 # ---------- the real thing ----------

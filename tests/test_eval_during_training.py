@@ -3,9 +3,11 @@
 import json
 import os
 import subprocess
+import tomllib
 from types import SimpleNamespace
 
 import pytest
+import tomli_w
 
 from conftest import BIN, write_config
 from vfrl.config import TrainerArgs
@@ -64,6 +66,11 @@ def eval_run(tmp_path_factory, tiny_model):
     cfg = write_config(tmp / "cfg.toml", tiny_model, port=0, output_dir=tmp / "outputs", max_steps=3, batch_size=8,
                        rollouts_per_example=4, max_tokens=8, eval_strategy="steps", eval_steps=2, num_eval_examples=6,
                        report_to="wandb", log_completions=True, logging_steps=2, num_completions_to_print=2)
+    # a token budget of one max_model_len: 14 concurrent seeded prompts would need chunked prefills,
+    # which crash the CPU build with seeded requests unless vf-vllm turns chunking off (it does)
+    data = tomllib.loads(cfg.read_text())
+    data["inference"]["args"]["max_num_batched_tokens"] = data["inference"]["args"]["max_model_len"]
+    cfg.write_text(tomli_w.dumps(data))
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     try:
         proc = subprocess.run([str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", sock],

@@ -78,6 +78,12 @@ def server_argv(model: str, host: str, port: int, max_lora_rank: int | None, ext
     else:
         args.update(enable_lora=True, max_lora_rank=max_lora_rank,
                     max_loras=2)  # the adapter being sampled from and the one just loaded
+    if not _has_cuda() and not {"enable_chunked_prefill", "no_enable_chunked_prefill"} & set(extra):
+        # The trainer seeds every request (replayable rollouts). On the CPU build a chunked prefill makes
+        # vLLM rewind a seeded request's torch.Generator, which CPU generators cannot do ("CPU Generator
+        # does not use offset") and the engine dies. Whole prefills avoid it (max_num_batched_tokens
+        # then defaults to at least max_model_len).
+        args["no_enable_chunked_prefill"] = True
     args.update(extra)
     return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *flag_args(args)]
 
