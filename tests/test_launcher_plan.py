@@ -175,7 +175,7 @@ def test_a_mistyped_option_is_not_taken_for_a_config_key(tmp_path, monkeypatch):
 
 # ---- the launcher stays light ----
 
-HEAVY = {"torch", "vllm", "transformers", "peft", "accelerate"}
+HEAVY = {"torch", "vllm", "transformers", "peft", "accelerate", "openai"}  # openai: ~1 s of imports
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["@", "configs/rl/quickstart.toml", "--dry-run"],

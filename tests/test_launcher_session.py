@@ -115,3 +115,20 @@ def test_several_sessions_need_a_name(tmp_path, socket_name):
     assert len(vf_rl("status", "--tmux-socket", socket_name).stdout.splitlines()) == 2
     assert vf_rl("stop", "a", "--tmux-socket", socket_name).returncode == 0
     assert list(tmux.run_sessions(tmux.server(socket_name))) == ["b"]
+
+
+def test_logs_follow_prints_new_lines_until_the_run_ends(tmp_path):
+    run_dir = tmp_path / "run"
+    (run_dir / "logs").mkdir(parents=True)
+    log = run_dir / "logs" / "trainer.log"
+    log.write_text("old 1\nold 2\n")
+    proc = subprocess.Popen([VF_RL, "logs", str(run_dir), "-n", "1", "-f"], stdout=subprocess.PIPE, text=True)
+    time.sleep(3)
+    with open(log, "a") as f:
+        f.write("step 1/2\n")
+    time.sleep(1)
+    with open(log, "a") as f:
+        f.write("step 2/2\n")
+    (run_dir / "trainer.exitcode").write_text("0\n")
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and out == "old 2\nstep 1/2\nstep 2/2\n"

@@ -10,8 +10,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from vfrl.trainer.checkpoint import is_complete, latest_checkpoint
-
 
 class ResumeError(ValueError):
     pass
@@ -28,6 +26,9 @@ def run_dirs(base: Path) -> list[Path]:
 
 def find_checkpoint(base: Path, resume: str) -> tuple[Path, Path]:
     """(run dir, checkpoint dir) for `--resume` value `resume` ("latest", a step number or a path)."""
+    # imported here: vf-rl's main() loads this module, and trainer.checkpoint pulls in openai (slow --help)
+    from vfrl.trainer.checkpoint import is_complete, latest_checkpoint
+
     if resume != "latest" and not resume.isdigit():
         path = Path(resume).expanduser().resolve()
         if is_complete(path):
