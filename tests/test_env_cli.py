@@ -95,7 +95,8 @@ def test_init_refuses_to_overwrite_and_bad_names(tmp_path, monkeypatch):
 def test_install_sources(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     create_package("local-env", tmp_path / "environments")
-    assert pip_target("local-env", None, editable=True) == (["-e", "environments/local_env"], "folder environments/local_env")
+    assert pip_target("local-env", None, editable=True) == (
+        ["-e", "environments/local_env"], "folder environments/local_env (editable: edits apply without reinstalling)")
     assert pip_target(None, tmp_path / "environments" / "local_env", editable=False)[0] == [str(tmp_path / "environments" / "local_env")]
     (tmp_path / "pkg-0.1-py3-none-any.whl").write_text("")
     assert pip_target("pkg-0.1-py3-none-any.whl", None, True) == (["pkg-0.1-py3-none-any.whl"], "wheel pkg-0.1-py3-none-any.whl")

@@ -30,10 +30,11 @@ def is_package_dir(path: Path) -> bool:
 def pip_target(name: str | None, path: Path | None, editable: bool) -> tuple[list[str], str]:
     """(pip install arguments, where it comes from) for a folder, a wheel, a git URL or an index name."""
     local = ["-e"] if editable else []
+    how = " (editable: edits apply without reinstalling)" if editable else ""
     if path is not None:
         if not is_package_dir(path):
             fail(PROG, f"{path} is not a package folder (no pyproject.toml or setup.py there)")
-        return [*local, str(path)], f"folder {path}"
+        return [*local, str(path)], f"folder {path}{how}"
     assert name is not None
     if name.endswith(".whl"):
         if not Path(name).is_file():
@@ -44,7 +45,7 @@ def pip_target(name: str | None, path: Path | None, editable: bool) -> tuple[lis
         return [url], f"git {url}"
     for folder in (Path("environments") / module_name(name), Path(name)):
         if is_package_dir(folder):
-            return [*local, str(folder)], f"folder {folder}"
+            return [*local, str(folder)], f"folder {folder}{how}"
     return [name], "the package index"
 
 
