@@ -193,3 +193,17 @@ def test_vf_rl_help_runs_and_documents_overrides():
     out = subprocess.run([f"{BIN}/vf-rl", "run", "--help"], capture_output=True, text=True, check=True,
                          env={**os.environ, "COLUMNS": "200"}).stdout
     assert "--trainer.args.max_steps 10" in out and "--dry-run" in out and "--replace" in out
+
+
+def test_an_environment_that_is_not_installed_stops_the_launch_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cfg.toml").write_text((ROOT / "configs/rl/quickstart.toml").read_text())
+    args = ["run", "cfg.toml", "--env.id", "no-such-env", "--tmux-socket", f"vfrl-env-{os.getpid()}", "--detach"]
+    result = CliRunner().invoke(cli.app, args)
+    assert result.exit_code == 2
+    line = result.stderr.strip()
+    assert line.startswith('vf-rl: error: cfg.toml: env.id = "no-such-env" is invalid: no such environment is '
+                           'installed (installed: ') and "reverse-text" in line and "\n" not in line
+    assert not (tmp_path / "outputs").exists()
+    dry = CliRunner().invoke(cli.app, [*args[:-1], "--dry-run"])  # the plan is still shown, with a warning
+    assert dry.exit_code == 0 and "vf-rl: warning: cfg.toml: env.id" in dry.stderr

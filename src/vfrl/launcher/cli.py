@@ -24,7 +24,9 @@ from vfrl.config import RLConfig, write_config
 from vfrl.launcher import lifecycle, tmux
 from vfrl.launcher.config_errors import ConfigError, load_user_config
 from vfrl.launcher.overrides import parse_overrides
-from vfrl.launcher.plan import PlanError, detect_machine, make_plan, pane_script, render_plan, trainer_epilogue
+from vfrl.launcher.plan import (
+    PlanError, detect_machine, environment_problem, make_plan, pane_script, render_plan, trainer_epilogue,
+)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.split("\n\n")[0],
                   context_settings={"help_option_names": ["-h", "--help"]})
@@ -133,7 +135,12 @@ def run(
         plan = make_plan(cfg, run_dir, session_name, machine, workdir)
     except PlanError as e:
         fail(f"{config_path}: {e}")
+    env_problem = environment_problem(cfg.env.id)
+    if env_problem and not dry_run:
+        fail(f"{config_path}: {env_problem}")
     if dry_run:
+        if env_problem:
+            typer.secho(f"vf-rl: warning: {config_path}: {env_problem}", err=True, fg=typer.colors.YELLOW)
         typer.echo(f"# vf-rl dry run of {config_path}: nothing was started\n\n"
                    f"# resolved config (written to {run_dir / 'config.toml'} at launch)")
         typer.echo(tomli_w.dumps(plan.config.model_dump(mode="json", exclude_none=True)))

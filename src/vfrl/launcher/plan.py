@@ -112,6 +112,19 @@ def accelerate_config_file(name_or_path: str, workdir: Path) -> Path:
     return path
 
 
+def environment_problem(env_id: str) -> str | None:
+    """Is `env.id` loadable the way vf-train will load it (entry point, else module)? Without importing it."""
+    from importlib.metadata import entry_points
+    from importlib.util import find_spec
+
+    names = sorted(ep.name for ep in entry_points(group="vfrl.environments"))
+    module = env_id.replace("-", "_").split("/")[-1]
+    if env_id in names or env_id.replace("_", "-") in names or find_spec(module) is not None:
+        return None
+    return (f'env.id = "{env_id}" is invalid: no such environment is installed (installed: '
+            f'{", ".join(names) or "none"}); install it with `vf-install {env_id}` or `pip install -e environments/{module}`')
+
+
 def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, workdir: Path | None = None) -> Plan:
     workdir = workdir or Path.cwd()
     run_dir = run_dir.resolve()
