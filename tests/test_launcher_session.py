@@ -2,6 +2,7 @@
 status/logs work unattached, stop leaves no process (even a stubborn one), --replace only stops vf-rl sessions.
 The same with the real vLLM server and trainer: test_launcher_session_e2e.py."""
 
+import json
 import subprocess
 import sys
 import time
@@ -42,9 +43,9 @@ def fake_run(tmp_path: Path, socket_name: str, session: str, stubborn: bool = Fa
     while time.time() < deadline and not ((run_dir / "logs/trainer.log").exists() and (run_dir / "inference.pid").exists()):
         time.sleep(0.1)
     time.sleep(0.5)
-    leaders = [tmux.pane_state(srv, session, role).pid for role in ("inference", "trainer")]
+    leaders = [tmux.pane_state(srv, session, role).pid for role in ("inference", "trainer", "metrics")]
     pids = procs.pane_processes(leaders)
-    assert len(pids) >= 6, pids  # 2 pane shells, 2 tee, sleep x2 (+ the stubborn bash)
+    assert len(pids) >= 7, pids  # 2 pane shells, 2 tee, sleep x2 (+ the stubborn bash), vf-rl watch
     return run_dir, pids
 
 
@@ -132,3 +133,18 @@ def test_logs_follow_prints_new_lines_until_the_run_ends(tmp_path):
     (run_dir / "trainer.exitcode").write_text("0\n")
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0 and out == "old 2\nstep 1/2\nstep 2/2\n"
+
+
+def test_watch_prints_one_line_per_step_and_stops_with_the_trainer(tmp_path):
+    from vfrl.launcher.watch import watch
+
+    rows = [{"step": n, "max_steps": 4, "reward_mean": 0.5 + n / 10, "loss": -0.01, "mismatch_kl": 1e-3,
+             "train_end": 100.0 + 2 * n} for n in (1, 2, 3)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 4, "max')
+    (tmp_path / "trainer.exitcode").write_text("0\n")
+    out = []
+    assert watch(tmp_path, out.append, poll=0) == 0
+    assert out[1].split() == ["step", "reward", "avg10", "loss", "kl", "step", "s", "eta"]
+    assert out[2].split() == ["1/4", "0.600", "0.600", "-0.0100", "1.0e-03", "-"]
+    assert out[4].split() == ["3/4", "0.800", "0.700", "-0.0100", "1.0e-03", "2.00", "0:00:02"]
+    assert out[5:] == ["trainer exited with code 0"]  # the half-written line is not shown

@@ -225,6 +225,17 @@ def status(tmux_socket: SocketOption = None) -> None:
         typer.echo(lifecycle.status_line(srv, name, run_dir))
 
 
+@app.command("watch")
+def watch_cmd(run_dir: Annotated[Path, typer.Argument(help="A run directory (has or will have metrics.jsonl).")]) -> None:
+    """Print one line per training step as it is logged (reward, 10-step mean, loss, KL, step time, ETA)."""
+    from vfrl.launcher.watch import watch
+
+    try:
+        watch(run_dir)
+    except KeyboardInterrupt:
+        pass
+
+
 @app.command("logs")
 def logs(
     target: Annotated[Optional[str], typer.Argument(metavar="[SESSION|RUN_DIR]", help="A vf-rl session or a run directory \\[default: the only vf-rl session].")] = None,

@@ -31,7 +31,7 @@ def wait_dead(srv: libtmux.Server, session: str, role: str, timeout: float) -> b
 def stop_run(srv: libtmux.Server, session: str, trainer_grace: float = 60, grace: float = 30,
              echo: Callable[[str], None] = print) -> set[int]:
     """Stop both panes of a vf-rl session and close it. Returns pids that needed SIGKILL (ideally none)."""
-    panes = {role: tmux.pane_state(srv, session, role) for role in ("inference", "trainer")}
+    panes = {role: tmux.pane_state(srv, session, role) for role in ("inference", "trainer", "metrics")}
     leaders = [p.pid for p in panes.values() if p]
     run_processes = procs.pane_processes(leaders)
     killed: set[int] = set()

@@ -54,6 +54,7 @@ class Plan:
     trainer_devices: list[int]
     inference: PanePlan
     trainer: PanePlan
+    metrics: PanePlan  # `vf-rl watch RUN_DIR` under the trainer: one line per step
     config: RLConfig  # the resolved config the panes read (vf-rl writes it to run_dir/config.toml)
     tensor_parallel: int = 1
     data_parallel: int = 1
@@ -164,6 +165,7 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
         inference_devices=inf_dev, trainer_devices=tr_dev,
         inference=PanePlan("Inference", run_dir / "inference.sh", inf_env, inf_cmd, logs / "inference.log"),
         trainer=PanePlan("Trainer", run_dir / "trainer.sh", tr_env, tr_cmd, logs / "trainer.log"),
+        metrics=PanePlan("Metrics", run_dir / "trainer.sh", {}, [console_script("vf-rl"), "watch", str(run_dir)]),
         config=cfg, tensor_parallel=tp, data_parallel=dp, trainer_processes=processes,
     )
 
@@ -220,4 +222,5 @@ def render_plan(plan: Plan, workdir: Path, machine: Machine, socket_name: str | 
     ]
     for pane, after in ((plan.inference, []), (plan.trainer, trainer_epilogue(plan.run_dir))):
         out += ["", f"--- pane {pane.title}: {pane.script} ---", pane_script(pane, plan.run_dir, workdir, after).rstrip()]
+    out += ["", f"--- pane {plan.metrics.title} (under the trainer): {shlex.join(plan.metrics.command)}"]
     return "\n".join(out)

@@ -1,4 +1,4 @@
-"""The tmux session of a run: one window, two titled panes (Inference | Trainer).
+"""The tmux session of a run: one window, titled panes: Inference | Trainer, with Metrics under the trainer.
 
 The session records its run in tmux user options, so `vf-rl stop/status/logs` find it from the
 session name alone: @vfrl-run-dir, @vfrl-inference-pane, @vfrl-trainer-pane (pane ids).
@@ -6,15 +6,17 @@ session name alone: @vfrl-run-dir, @vfrl-inference-pane, @vfrl-trainer-pane (pan
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 import libtmux
+from libtmux.constants import PaneDirection
 
 from vfrl.launcher.plan import Plan
 
 RUN_DIR_OPTION = "@vfrl-run-dir"
-PANE_OPTION = {"inference": "@vfrl-inference-pane", "trainer": "@vfrl-trainer-pane"}
+PANE_OPTION = {"inference": "@vfrl-inference-pane", "trainer": "@vfrl-trainer-pane", "metrics": "@vfrl-metrics-pane"}
 
 
 @dataclass
@@ -54,6 +56,10 @@ def start_session(srv: libtmux.Server, plan: Plan, workdir: Path) -> libtmux.Ses
     session.set_option(PANE_OPTION["inference"], inference.pane_id)
     session.set_option(PANE_OPTION["trainer"], trainer.pane_id)
     window.select_layout("even-horizontal")
+    metrics = trainer.split(direction=PaneDirection.Below, size=12, shell=shlex.join(plan.metrics.command),
+                            start_directory=str(workdir))
+    metrics.cmd("select-pane", "-T", plan.metrics.title)
+    session.set_option(PANE_OPTION["metrics"], metrics.pane_id)
     trainer.select()
     return session
 

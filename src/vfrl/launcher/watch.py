@@ -1,0 +1,55 @@
+"""`vf-rl watch RUN_DIR`: live metrics of a run, one line per step (the third pane of a vf-rl session).
+
+Reads metrics.jsonl as the trainer appends to it; stops when the trainer has exited.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+HEADER = f"{'step':>9}  {'reward':>7}  {'avg10':>7}  {'loss':>8}  {'kl':>8}  {'step s':>6}  {'eta':>8}"
+
+
+def format_eta(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def row(rec: dict, recent: list[float], step_s: float | None) -> str:
+    step = f"{rec.get('step', '?')}/{rec.get('max_steps', '?')}"
+    eta = (format_eta(step_s * (rec["max_steps"] - rec["step"])) if step_s and "max_steps" in rec and "step" in rec
+           else "")
+    num = lambda key, fmt: format(rec[key], fmt) if isinstance(rec.get(key), (int, float)) else "-"  # noqa: E731
+    avg = format(sum(recent) / len(recent), ".3f") if recent else "-"
+    return (f"{step:>9}  {num('reward_mean', '.3f'):>7}  {avg:>7}  {num('loss', '+.4f'):>8}  "
+            f"{num('mismatch_kl', '.1e'):>8}  {format(step_s, '.2f') if step_s else '-':>6}  {eta:>8}")
+
+
+def watch(run_dir: Path, write: Callable[[str], None] = print, poll: float = 1.0) -> int | None:
+    """Print one line per logged step until the trainer exits; returns its exit code (None if unknown)."""
+    metrics, exit_file = run_dir / "metrics.jsonl", run_dir / "trainer.exitcode"
+    write(f"metrics of {run_dir}")
+    write(HEADER)
+    seen, rewards, ends = 0, [], []
+    while True:
+        done = exit_file.exists()
+        lines = metrics.read_text().splitlines() if metrics.is_file() else []
+        for line in lines[seen:]:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:  # the trainer is still writing this line
+                break
+            seen += 1
+            if isinstance(rec.get("reward_mean"), (int, float)):
+                rewards = (rewards + [rec["reward_mean"]])[-10:]
+            ends = (ends + [rec.get("train_end", time.time())])[-10:]
+            step_s = (ends[-1] - ends[0]) / (len(ends) - 1) if len(ends) > 1 else None
+            write(row(rec, rewards, step_s))
+        if done:
+            code = exit_file.read_text().strip()
+            write(f"trainer exited with code {code}")
+            return int(code) if code.lstrip("-").isdigit() else None
+        time.sleep(poll)
