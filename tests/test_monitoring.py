@@ -150,3 +150,43 @@ print("wandb imported:", "wandb" in sys.modules)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "wandb imported: False" in proc.stdout
+
+
+def test_trainer_log_flags_a_mismatch_jump_in_metrics_console_and_wandb(tiny_model, tmp_path, capsys):
+    """RLTrainer.log: metrics.jsonl line per step with mismatch_kl_alert, rollouts file, warning, wandb alert."""
+    from conftest import write_config
+    from vfrl.config import load_config
+    from vfrl.environments.environment import Rollout
+    from vfrl.trainer.orchestrator import Batch
+    from vfrl.trainer.trainer import RLTrainer
+
+    cfg = load_config(write_config(tmp_path / "c.toml", tiny_model, 8000, tmp_path, log_completions=True,
+                                   logging_steps=2, num_completions_to_print=1))
+    trainer = RLTrainer(cfg, tmp_path / "run", "http://127.0.0.1:9/v1", "k")
+
+    class Sink:  # stands in for WandbSink: records what the trainer sends
+        logged, alerts, tables = [], [], []
+
+        def log(self, record):
+            self.logged.append(record)
+
+        def alert(self, title, text):
+            self.alerts.append(title)
+
+        def completions(self, step, rollouts):
+            self.tables.append(step)
+
+    trainer.wandb = sink = Sink()
+    r = Rollout(example_id=1, prompt=[{"role": "user", "content": "abc"}], completion=[{"role": "assistant", "content": "cba"}],
+                answer="cba", prompt_ids=[1], completion_ids=[2], completion_logprobs=[-0.1], completion_mask=[1],
+                policy="policy-0", reward=1.0)
+    batch = Batch(step=0, policy_version=0, rollouts=[r], example_ids=[1])
+    for step, kl in enumerate((2e-3, 3e-3, 2e-3, 2.5e-3, 0.06), start=1):
+        trainer.log(step, record(step, mismatch_kl=kl), batch)
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["mismatch_kl_alert"] for x in lines] == [0, 0, 0, 0, 1]
+    out = capsys.readouterr().out
+    assert "!!! WARNING: step 5: mismatch_kl jumped to 0.06" in out
+    assert sink.alerts == ["mismatch_kl at step 5"] and [x["step"] for x in sink.logged] == [1, 2, 3, 4, 5]
+    assert sink.tables == [2, 4] and out.count("sample completions") == 2
+    assert (tmp_path / "run" / "rollouts" / "step_5.jsonl").exists()
