@@ -71,12 +71,16 @@ def latest_checkpoint(checkpoints_dir: Path) -> Path | None:
 def _fsync_tree(root: Path) -> None:
     for dirpath, _, files in os.walk(root):
         for name in files:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _fsync_file(Path(dirpath) / name)
         _fsync_dir(Path(dirpath))
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -139,10 +143,11 @@ def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, state: T
     (tmp / "trainer_state.json").write_text(json.dumps(dataclasses.asdict(state), indent=1))
     if pending is not None:
         (tmp / "pending_batch.json").write_text(json.dumps(batch_to_json(pending)))
-    _fsync_tree(tmp)
+    _fsync_tree(tmp)  # every file is on disk before the marker says so
     marker = tmp / MARKER
     marker.write_text(f"step {state.step}\n")
-    _fsync_tree(tmp)
+    _fsync_file(marker)
+    _fsync_dir(tmp)
     if final.exists():  # redoing a step after resuming from an earlier checkpoint
         old = checkpoints_dir / f".{final.name}.old"
         shutil.rmtree(old, ignore_errors=True)
