@@ -238,7 +238,7 @@ def watch_cmd(run_dir: Annotated[Path, typer.Argument(help="A run directory (has
 
 @app.command("logs")
 def logs(
-    target: Annotated[Optional[str], typer.Argument(metavar="[SESSION|RUN_DIR]", help="A vf-rl session or a run directory \\[default: the only vf-rl session].")] = None,
+    target: Annotated[Optional[str], typer.Argument(metavar="SESSION|RUN_DIR", help="A vf-rl session or a run directory \\[default: the only vf-rl session].")] = None,
     pane: Annotated[str, typer.Option("--pane", "-p", help="inference or trainer.")] = "trainer",
     lines: Annotated[int, typer.Option("--lines", "-n", help="Lines of the log to show first.")] = 40,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the run ends (or Ctrl-C).")] = False,
