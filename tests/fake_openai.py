@@ -4,6 +4,9 @@ It renders chat messages with a Jinja chat template and a character-level tokeni
 scripted replies, and returns what vLLM returns with `return_token_ids` / `logprobs`: the prompt
 ids, the sampled ids (ending with <|im_end|> unless cut by max_tokens) and one logprob per sampled
 token. It also serves `/tokenize` and `/v1/completions` with a token-id prompt, like vLLM.
+
+`PlainOpenAI` is an OpenAI-compatible server that is not vLLM: its replies carry no token ids, and
+with `strict=True` it refuses request fields it does not know, as api.openai.com does.
 """
 
 from __future__ import annotations
@@ -72,6 +75,13 @@ class FakeOpenAI:
         self.in_flight = self.max_in_flight = 0
         self.chat = SimpleNamespace(completions=SimpleNamespace(create=self._chat))
         self.completions = SimpleNamespace(create=self._completions)
+        self.models = SimpleNamespace(list=self._models)
+
+    async def _models(self):
+        yield SimpleNamespace(id="m")
+
+    async def close(self) -> None:
+        pass
 
     def render(self, messages, add_generation_prompt: bool) -> str:
         return self.template.render(messages=messages, add_generation_prompt=add_generation_prompt)
@@ -109,6 +119,13 @@ class FakeOpenAI:
             raise self._bad_request('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
         prompt_ids = encode(self.render(messages, add_generation_prompt=True))
         text, ids, lps, finish = await self._sample(prompt_ids, max_tokens)
+        choice = SimpleNamespace(message=self._message(text, tools), token_ids=ids, finish_reason=finish,
+                                 stop_reason=self._stop_reason(),
+                                 logprobs=SimpleNamespace(content=[SimpleNamespace(logprob=x) for x in lps]))
+        return SimpleNamespace(choices=[choice], prompt_token_ids=prompt_ids)
+
+    def _message(self, text: str, tools) -> SimpleNamespace:
+        """The assistant message; with a tool parser, `<tool_call>` blocks become its tool_calls."""
         message = SimpleNamespace(content=text, tool_calls=None)
         if tools and self.tool_parser and "<tool_call>" in text:
             calls = [json.loads(b) for b in re.findall(r"<tool_call>(.*?)</tool_call>", text, re.S)]
@@ -119,9 +136,7 @@ class FakeOpenAI:
                     "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}})
                 for i, c in enumerate(calls)
             ]
-        choice = SimpleNamespace(message=message, token_ids=ids, finish_reason=finish, stop_reason=self._stop_reason(),
-                                 logprobs=SimpleNamespace(content=[SimpleNamespace(logprob=x) for x in lps]))
-        return SimpleNamespace(choices=[choice], prompt_token_ids=prompt_ids)
+        return message
 
     async def _completions(self, model, prompt, logprobs=None, extra_body=None, max_tokens=None, **kwargs):
         self.calls.append(("completions", {"prompt": list(prompt), **kwargs}))
@@ -140,3 +155,36 @@ class FakeOpenAI:
 
     def count(self, kind: str) -> int:
         return sum(k == kind for k, _ in self.calls)
+
+
+class PlainOpenAI(FakeOpenAI):
+    """An OpenAI-compatible server that is not vLLM (api.openai.com, a proxy, another engine).
+
+    Replies have no `token_ids`, `prompt_token_ids` or `stop_reason` attributes; logprobs come back
+    only when asked for. `strict=True` answers 400 to any extra_body field (all are unknown to it);
+    otherwise they are ignored. Tool calls are native (`tool_calls`). No `/tokenize`, and its
+    `/v1/completions` takes no token-id prompts.
+    """
+
+    def __init__(self, policy, strict: bool = False, **kwargs):
+        super().__init__(policy, tool_parser=True, **kwargs)
+        self.strict = strict
+
+    async def _chat(self, model, messages, logprobs=None, extra_body=None, tools=None, tool_choice=None,
+                    max_tokens=None, **kwargs):
+        self.calls.append(("chat", {"messages": list(messages), "tools": tools, "tool_choice": tool_choice,
+                                    "logprobs": logprobs, "extra_body": extra_body, "max_tokens": max_tokens, **kwargs}))
+        await asyncio.sleep(0)
+        if self.strict and extra_body:
+            raise self._bad_request(f"Error code: 400 - Unrecognized request argument supplied: {', '.join(extra_body)}")
+        text, _, lps, finish = await self._sample(encode(self.render(messages, add_generation_prompt=True)), max_tokens)
+        content = [SimpleNamespace(logprob=x) for x in lps]
+        choice = SimpleNamespace(message=self._message(text, tools), finish_reason=finish, index=0,
+                                 logprobs=SimpleNamespace(content=content) if logprobs else None)
+        return SimpleNamespace(choices=[choice])
+
+    async def _completions(self, model, prompt, **kwargs):
+        raise AssertionError("a plain OpenAI server has no token-id completions")
+
+    async def post(self, url, body, cast_to):
+        raise AssertionError(f"a plain OpenAI server has no {url}")

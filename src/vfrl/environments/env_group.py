@@ -37,8 +37,10 @@ class EnvGroup(Environment):
             raise KeyError(f"no environment for task {task!r} in this EnvGroup (tasks: {', '.join(self.env_map)})")
         return self.env_map[task]
 
-    async def rollout_with_state(self, client, model, row, example_id, sampling) -> tuple[Rollout, dict[str, Any]]:
-        return await self.env_for(row["task"]).rollout_with_state(client, model, row, example_id, sampling)
+    async def rollout_with_state(self, client, model, row, example_id, sampling,
+                                 record_tokens: bool = True) -> tuple[Rollout, dict[str, Any]]:
+        return await self.env_for(row["task"]).rollout_with_state(client, model, row, example_id, sampling,
+                                                                  record_tokens=record_tokens)
 
     async def score(self, rollout: Rollout, state: dict[str, Any] | None = None) -> Rollout:
         """Scored by its own env; the other envs' metrics are 0 so every rollout logs the same names."""

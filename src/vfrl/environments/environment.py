@@ -4,6 +4,8 @@ A rollout keeps the token ids and sampling logprobs vLLM returned (`return_token
 so training sequences are built from exactly the tokens the policy sampled, never re-tokenized text.
 Rollouts of a multi-turn conversation hold one sequence: the first prompt, then every model reply
 and the environment's messages in between, with `completion_mask` 0 on environment tokens.
+`record_tokens=False` (text mode, for evaluating a server that is not vLLM) keeps only the messages:
+the id, logprob and mask lists stay empty.
 
 Dataset rows (list of dicts or a HF `datasets.Dataset`): `question` (or a chat `prompt`), optional
 `answer`, `info`, `task`, `example_id`. `system_prompt` and `few_shot` build the chat prompt from
@@ -28,7 +30,7 @@ class Rollout:
     prompt: Messages
     completion: Messages  # every message after the prompt: model replies, tool/env messages
     answer: str
-    prompt_ids: list[int]  # the first turn's prompt tokens
+    prompt_ids: list[int]  # the first turn's prompt tokens (this and the next three: empty in text mode)
     completion_ids: list[int]  # everything after them: model tokens of every turn, env tokens between
     completion_logprobs: list[float]  # sampling logprobs, one per completion token (0.0 on env tokens)
     completion_mask: list[int]  # 1 = policy token (gets loss), 0 = environment token
@@ -40,8 +42,9 @@ class Rollout:
     info: dict[str, Any] = field(default_factory=dict)
     # [start, end) of each model turn inside completion_ids
     turn_spans: list[tuple[int, int]] = field(default_factory=list)
-    # how turns after the first were sent: "chat" (vLLM's prompt ids extended the sequence) or
-    # "tokens" (the template rewrote history, so the sequence went on as raw token ids)
+    # how turns after the first were sent: "chat" (vLLM's prompt ids extended the sequence),
+    # "tokens" (the template rewrote history, so the sequence went on as raw token ids) or "text"
+    # (record_tokens=False: plain chat requests, no token sequence kept)
     sequence_mode: str = "chat"
     error: str | None = None  # why the rollout ended early, if a request failed
 
@@ -105,12 +108,16 @@ class Environment:
         messages.append({"role": "user", "content": row["question"]})
         return messages
 
-    async def rollout(self, client, model: str, row: dict[str, Any], example_id: int, sampling: dict[str, Any]) -> Rollout:
-        return (await self.rollout_with_state(client, model, row, example_id, sampling))[0]
+    async def rollout(self, client, model: str, row: dict[str, Any], example_id: int, sampling: dict[str, Any],
+                      record_tokens: bool = True) -> Rollout:
+        return (await self.rollout_with_state(client, model, row, example_id, sampling, record_tokens=record_tokens))[0]
 
     async def rollout_with_state(self, client, model: str, row: dict[str, Any], example_id: int,
-                                 sampling: dict[str, Any]) -> tuple[Rollout, dict[str, Any]]:
-        """One unscored rollout and the state its rubric reads (kept out of Rollout, which is saved as JSON)."""
+                                 sampling: dict[str, Any], record_tokens: bool = True) -> tuple[Rollout, dict[str, Any]]:
+        """One unscored rollout and the state its rubric reads (kept out of Rollout, which is saved as JSON).
+
+        `record_tokens=True` (training) keeps vLLM's token ids and logprobs and fails clearly when the
+        server returns none; False (text mode) sends plain chat requests and keeps only the messages."""
         raise NotImplementedError
 
     async def score(self, rollout: Rollout, state: dict[str, Any] | None = None) -> Rollout:
@@ -127,8 +134,9 @@ class Environment:
         return self.dataset or self.eval_dataset or []
 
     async def run_group(self, client, model: str, example_id: int, n: int, sampling: dict[str, Any],
-                        semaphore: asyncio.Semaphore, eval: bool = False) -> list[Rollout]:
-        """`n` scored rollouts of one example; the semaphore bounds concurrent rollouts."""
+                        semaphore: asyncio.Semaphore, eval: bool = False, record_tokens: bool = True) -> list[Rollout]:
+        """`n` scored rollouts of one example; the semaphore bounds concurrent rollouts.
+        `record_tokens=False`: text mode, see `rollout_with_state`."""
         data = self.rows(eval)
         row = data[example_id % len(data)]
 
@@ -136,18 +144,20 @@ class Environment:
             # a `seed` names the group; sample j draws with seed + j, so samples differ yet replay exactly
             s = {**sampling, "seed": sampling["seed"] + j} if sampling.get("seed") is not None else sampling
             async with semaphore:
-                r, state = await self.rollout_with_state(client, model, row, example_id, s)
+                r, state = await self.rollout_with_state(client, model, row, example_id, s, record_tokens=record_tokens)
             return await self.score(r, state)
 
         return list(await asyncio.gather(*(one(j) for j in range(n))))
 
     async def evaluate(self, client, model: str, num_examples: int = -1, rollouts_per_example: int = 1,
-                       sampling: dict[str, Any] | None = None, max_concurrent: int = 32) -> list[Rollout]:
+                       sampling: dict[str, Any] | None = None, max_concurrent: int = 32,
+                       record_tokens: bool = True) -> list[Rollout]:
         """Scored rollouts of the first `num_examples` eval rows (all when -1), grouped by example."""
         count = len(self.rows(eval=True)) if num_examples < 0 else min(num_examples, len(self.rows(eval=True)))
         semaphore = asyncio.Semaphore(max_concurrent)
         groups = await asyncio.gather(*(
-            self.run_group(client, model, i, rollouts_per_example, dict(sampling or {}), semaphore, eval=True)
+            self.run_group(client, model, i, rollouts_per_example, dict(sampling or {}), semaphore, eval=True,
+                           record_tokens=record_tokens)
             for i in range(count)
         ))
         return [r for g in groups for r in g]

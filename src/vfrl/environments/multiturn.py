@@ -48,7 +48,7 @@ class MultiTurnEnv(Environment):
 
     # ---- the loop ----
     async def rollout_with_state(self, client, model: str, row: dict[str, Any], example_id: int,
-                                 sampling: dict[str, Any]) -> tuple[Rollout, dict[str, Any]]:
+                                 sampling: dict[str, Any], record_tokens: bool = True) -> tuple[Rollout, dict[str, Any]]:
         prompt = self.prompt_of(row)
         state: dict[str, Any] = {
             "prompt": prompt, "answer": str(row.get("answer", "")), "task": row.get("task", "default"),
@@ -58,14 +58,15 @@ class MultiTurnEnv(Environment):
         state = await maybe_await(self.setup_state(state)) or state
         messages = [dict(m) for m in prompt]
         completion: Messages = state["completion"]
-        sampler = TurnSampler(client, model, sampling, self.sampler_flags, tools=self.tools_for_request())
+        sampler = TurnSampler(client, model, sampling, self.sampler_flags, tools=self.tools_for_request(),
+                              record_tokens=record_tokens)
         new: Messages = []
         error = None
         while not await maybe_await(self.is_completed(messages, state)):
             try:
                 turn = await sampler.sample(messages, new)
             except (openai.BadRequestError, SequenceError) as e:
-                if not sampler.seq.prompt_ids:
+                if not sampler.turns:
                     raise  # the first request failed: the prompt or the sampling arguments are wrong
                 # a later turn no longer fits the context window (or cannot be joined to the
                 # sequence): end the rollout with what we have

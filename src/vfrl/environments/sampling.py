@@ -15,6 +15,10 @@ The training sequence is built only from token ids vLLM returned, never by re-to
   rendered after a fixed two-message anchor and cut after the anchor reply's end-of-turn token, so
   earlier turns are never re-rendered. The environment remembers the mismatch and sends later
   turns this way from the start (`sequence_mode = "tokens"`).
+
+Text mode (`record_tokens=False`, what `vf-eval` uses against a server that is not vLLM): every
+turn is a plain chat request with no logprobs and no vLLM fields, replies are appended as text, and
+no token sequence is kept (`sequence_mode = "text"`). Training never uses it.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import openai
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +40,50 @@ OPENAI_SAMPLING_KEYS = {"temperature", "top_p", "max_tokens", "presence_penalty"
 _ANCHOR: Messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]  # see _delta_ids
 
 
-def sampling_request(sampling: dict[str, Any]) -> dict[str, Any]:
-    """Split our sampling dict into OpenAI keyword args and vLLM's extra_body."""
+def sampling_request(sampling: dict[str, Any], record_tokens: bool = True) -> dict[str, Any]:
+    """Split our sampling dict into OpenAI keyword args and extra_body (the keys OpenAI does not
+    name, e.g. `top_k`, sent as given). With `record_tokens` ask vLLM for token ids and logprobs."""
     kwargs = {k: v for k, v in sampling.items() if k in OPENAI_SAMPLING_KEYS}
     extra = {k: v for k, v in sampling.items() if k not in OPENAI_SAMPLING_KEYS}
+    if not record_tokens:
+        return {**kwargs, **({"extra_body": extra} if extra else {})}
     extra["return_token_ids"] = True
     return {**kwargs, "logprobs": True, "extra_body": extra}
+
+
+class MissingTokenIds(RuntimeError):
+    """The server answered without vLLM's token ids or logprobs: it cannot feed training."""
+
+    def __init__(self, what: str):
+        self.what = what
+        super().__init__(
+            f"the server's reply has no {what}: recording tokens for training needs vLLM's `return_token_ids` "
+            "(vLLM >= 0.10.2, e.g. started with vf-vllm); to evaluate another OpenAI-compatible server, "
+            "use vf-eval (text mode)")
+
+
+def returned(obj: Any, name: str) -> Any:
+    """`obj.name` as the server sent it; MissingTokenIds when it is absent or null."""
+    value = getattr(obj, name, None)
+    if value is None:
+        raise MissingTokenIds(f"`{name}`")
+    return value
+
+
+async def probe_token_ids(client, model: str) -> str | None:
+    """Ask the server for one token the way token mode does. None when it answers with vLLM's token
+    ids and logprobs; else why not, in a few words (the server refused the fields, or ignored them)."""
+    try:
+        resp = await client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "Hi"}], **sampling_request({"max_tokens": 1}))
+    except (openai.BadRequestError, openai.UnprocessableEntityError) as e:
+        detail = re.sub(r"^Error code: \d+ - ", "", " ".join(str(e.message).split()))
+        return f"it answered HTTP {e.status_code}: {detail[:160]}"
+    choice = resp.choices[0]
+    for obj, name in ((resp, "prompt_token_ids"), (choice, "token_ids"), (choice, "logprobs")):
+        if getattr(obj, name, None) is None:
+            return f"its replies carry no {name}"
+    return None
 
 
 @dataclass
@@ -90,27 +133,37 @@ class TurnSampler:
     """
 
     def __init__(self, client, model: str, sampling: dict[str, Any], flags: dict[str, Any],
-                 tools: list[dict[str, Any]] | None = None):
+                 tools: list[dict[str, Any]] | None = None, record_tokens: bool = True):
         self.client = client
         self.model = model
         self.sampling = sampling
         self.flags = flags
         self.tools = tools or None
-        self.seq = TokenSequence()
-        self.mode = "chat"
+        self.record_tokens = record_tokens
+        self.seq = TokenSequence()  # stays empty in text mode
+        self.mode = "chat" if record_tokens else "text"
+        self.turns = 0  # model replies sampled so far
         self.ended_on_stop_token = True  # did the last reply end with an end-of-turn token?
 
     async def sample(self, messages: Messages, new_messages: Messages) -> ModelTurn:
         """Sample the next reply to `messages`; `new_messages` are the ones added since the last reply."""
-        if not self.seq.prompt_ids:
-            resp = await self._chat(messages)
-            self.seq.prompt_ids = list(resp.prompt_token_ids)
-            return self._keep_chat(resp)
-        if not new_messages:
+        if self.turns and not new_messages:
             raise ValueError("env_response returned no messages; a turn needs a user or tool message to answer")
+        turn = await self._sample(messages, new_messages)
+        self.turns += 1
+        return turn
+
+    async def _sample(self, messages: Messages, new_messages: Messages) -> ModelTurn:
+        if not self.record_tokens:
+            choice = (await self._chat(messages)).choices[0]
+            return self._turn(self._message(choice), choice)
+        if not self.turns:
+            resp = await self._chat(messages)
+            self.seq.prompt_ids = list(returned(resp, "prompt_token_ids"))
+            return self._keep_chat(resp)
         if self.mode == "chat" and not self.flags.get("template_rewrites_history"):
             resp = await self._chat(messages)
-            prompt = list(resp.prompt_token_ids)
+            prompt = list(returned(resp, "prompt_token_ids"))
             seq = self.seq.ids
             if prompt[: len(seq)] == seq:
                 self.seq.add_env(prompt[len(seq):])
@@ -123,7 +176,7 @@ class TurnSampler:
 
     # ---- chat path ----
     async def _chat(self, messages: Messages):
-        kwargs = sampling_request(self.sampling)
+        kwargs = sampling_request(self.sampling, self.record_tokens)
         if self.tools:
             kwargs["tools"] = self.tools
             if self.flags.get("tool_choice") == "none":
@@ -141,11 +194,16 @@ class TurnSampler:
 
     def _keep_chat(self, resp) -> ModelTurn:
         choice = resp.choices[0]
-        self.seq.add_model(list(choice.token_ids), [t.logprob for t in choice.logprobs.content])
+        logprobs = returned(returned(choice, "logprobs"), "content")
+        self.seq.add_model(list(returned(choice, "token_ids")), [t.logprob for t in logprobs])
+        return self._turn(self._message(choice), choice)
+
+    @staticmethod
+    def _message(choice) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": choice.message.content or ""}
         if tool_calls := getattr(choice.message, "tool_calls", None):
             message["tool_calls"] = [tc.model_dump() if hasattr(tc, "model_dump") else dict(tc) for tc in tool_calls]
-        return self._turn(message, choice)
+        return message
 
     # ---- token path ----
     async def _token_turn(self, new_messages: Messages) -> ModelTurn:
@@ -159,7 +217,8 @@ class TurnSampler:
         resp = await self.client.completions.create(model=self.model, prompt=prompt, **request)
         choice = resp.choices[0]
         self.seq.add_env(delta)
-        self.seq.add_model(list(choice.token_ids), list(choice.logprobs.token_logprobs))
+        logprobs = returned(returned(choice, "logprobs"), "token_logprobs")
+        self.seq.add_model(list(returned(choice, "token_ids")), list(logprobs))
         return self._turn({"role": "assistant", "content": choice.text or ""}, choice)
 
     def _turn(self, message: dict[str, Any], choice) -> ModelTurn:

@@ -2,6 +2,11 @@
 
 Writes one rollout per line to `results.jsonl` and the run's settings and means to `metadata.json`,
 under outputs/evals/<env>--<model>/<timestamp>/ unless `-o` names the folder.
+
+Token ids (`--token-ids`): against vLLM, rollouts keep the token ids and logprobs the trainer would
+see. Any other server is evaluated on text: `auto` (the default) asks the server once, before the
+run, for one token the vLLM way, and switches to text mode with a one-line notice when it refuses
+the request (HTTP 400/422) or answers without ids.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import os
 import statistics
 import time
 from datetime import datetime, timezone
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -20,11 +26,18 @@ import typer
 
 from vfrl.environments.cli import fail
 from vfrl.environments.cli.eval_defaults import EVAL_DEFAULTS, read_eval_defaults
+from vfrl.environments.sampling import MissingTokenIds, probe_token_ids
 
 PROG = "vf-eval"
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
 DEFAULT_KEY_VAR = "VFRL_API_KEY"
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
+
+
+class TokenIds(str, Enum):
+    auto = "auto"  # token mode when the server returns vLLM's ids, else text mode
+    on = "on"  # token mode; a server without ids is an error
+    off = "off"  # text mode: plain chat requests, no ids or logprobs recorded
 
 
 def parse_json_object(text: str | None, flag: str) -> dict[str, Any]:
@@ -69,7 +82,9 @@ def summarize(rollouts: list[Any]) -> dict[str, Any]:
         # a metric missing from a rollout (e.g. reward_errors) counts as 0 there
         "metrics": {name: statistics.fmean(float(r.metrics.get(name, 0.0)) for r in rollouts) for name in names},
         "truncated": statistics.fmean(1.0 if getattr(r, "truncated", False) else 0.0 for r in rollouts),
-        "completion_tokens": statistics.fmean(len(getattr(r, "completion_ids", []) or []) for r in rollouts),
+        # unknown in text mode (no token ids recorded)
+        "completion_tokens": statistics.fmean(len(r.completion_ids) for r in rollouts)
+        if all(getattr(r, "completion_ids", None) for r in rollouts) else None,
     }
 
 
@@ -85,6 +100,9 @@ def api_error_message(e: Exception, base_url: str, model: str, key_var: str) -> 
         return f"model '{model}' is not served at {base_url} ({e.message}); pass the served name with -m"
     if isinstance(e, openai.APIStatusError):
         return f"the server at {base_url} refused a request (HTTP {e.status_code}): {e.message}"
+    if isinstance(e, MissingTokenIds):
+        return (f"--token-ids on, but {base_url} answered without vLLM's token ids (no {e.what}); "
+                "pass --token-ids auto or off to evaluate it on text")
     return None
 
 
@@ -92,12 +110,25 @@ async def served_models(client) -> list[str]:
     return [m.id async for m in client.models.list()]
 
 
+async def choose_token_mode(client, model: str, token_ids: TokenIds, base_url: str) -> bool:
+    """Whether to record token ids (token mode) or evaluate on text; `auto` probes the server once."""
+    if token_ids is not TokenIds.auto:
+        return token_ids is TokenIds.on
+    why_not = await probe_token_ids(client, model)
+    if why_not is not None:
+        typer.echo(f"{PROG}: {base_url} does not return vLLM token ids ({why_not}); evaluating on text, "
+                   "without token ids or logprobs (--token-ids off skips this check)", err=True)
+    return why_not is None
+
+
 async def run_eval(env, client, model: str, num_examples: int, rollouts_per_example: int,
-                   sampling: dict[str, Any], max_concurrent: int, results_path: Path, on_group) -> list[Any]:
+                   sampling: dict[str, Any], max_concurrent: int, results_path: Path, on_group,
+                   record_tokens: bool = True) -> list[Any]:
     """All groups concurrently (at most max_concurrent requests in flight); each group is appended to
     results.jsonl as soon as it is scored, so an interrupted run keeps what it finished."""
     semaphore = asyncio.Semaphore(max_concurrent)
-    tasks = [asyncio.create_task(env.run_group(client, model, i, rollouts_per_example, sampling, semaphore, eval=True))
+    tasks = [asyncio.create_task(env.run_group(client, model, i, rollouts_per_example, sampling, semaphore, eval=True,
+                                               record_tokens=record_tokens))
              for i in range(num_examples)]
     rollouts: list[Any] = []
     try:
@@ -129,7 +160,8 @@ def print_summary(summary: dict[str, Any], n_rollouts: int) -> None:
     for name, mean in summary["metrics"].items():
         table.add_row(name, f"{mean:.4f}", "")
     table.add_row("truncated", f"{summary['truncated']:.4f}", "")
-    table.add_row("completion tokens", f"{summary['completion_tokens']:.1f}", "")
+    if summary["completion_tokens"] is not None:
+        table.add_row("completion tokens", f"{summary['completion_tokens']:.1f}", "")
     Console().print(table)
 
 
@@ -147,8 +179,11 @@ def evaluate(
     sampling_args: Annotated[Optional[str], typer.Option("--sampling-args", "-S", help="""More sampling args as JSON, e.g. '{"top_p": 0.9, "seed": 0}'.""")] = None,
     env_args: Annotated[Optional[str], typer.Option("--env-args", "-a", help="""load_environment() keyword args as JSON, e.g. '{"num_eval_examples": 10}'.""")] = None,
     output: Annotated[Optional[Path], typer.Option("--output-dir", "-o", help="Folder for results.jsonl and metadata.json \\[default: outputs/evals/<env>--<model>/<timestamp>].")] = None,
+    token_ids: Annotated[TokenIds, typer.Option("--token-ids", case_sensitive=False, help="Record vLLM's token ids and logprobs per rollout: 'on' needs vLLM, 'off' sends plain chat requests (any OpenAI-compatible server), 'auto' asks the server once and falls back to text with a notice.")] = TokenIds.auto,
 ) -> None:
     """Evaluate ENV_ID: N examples x R rollouts against the server; print the mean reward and each metric's mean.
+
+    Against vLLM the rollouts keep their token ids and logprobs; any other OpenAI-compatible server is evaluated on text (see --token-ids).
 
     Defaults can come from \\[tool.vfrl.eval] in the environment's pyproject.toml; flags win."""
     from vfrl.environments.loader import EnvironmentNotFound, load_environment
@@ -190,13 +225,15 @@ def evaluate(
             fail(PROG, f"${key_var} is not set; export it or pass -k with the variable that holds the API key")
         api_key = "EMPTY"
     try:
-        asyncio.run(_run(env, env_id, args, opts, sampling, base_url, key_var, api_key, n, split, source, output))
+        asyncio.run(_run(env, env_id, args, opts, sampling, base_url, key_var, api_key, n, split, source, output,
+                         token_ids))
     except KeyboardInterrupt:
         typer.echo(f"{PROG}: interrupted; groups finished before that are kept in results.jsonl (no metadata.json)", err=True)
         raise typer.Exit(130) from None
 
 
-async def _run(env, env_id, env_args, opts, sampling, base_url, key_var, api_key, n, split, source, output) -> None:
+async def _run(env, env_id, env_args, opts, sampling, base_url, key_var, api_key, n, split, source, output,
+               token_ids: TokenIds = TokenIds.auto) -> None:
     from openai import AsyncOpenAI
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -215,6 +252,7 @@ async def _run(env, env_id, env_args, opts, sampling, base_url, key_var, api_key
         out = output or output_dir(env_id, model)
         if (out / "results.jsonl").exists():
             fail(PROG, f"{out / 'results.jsonl'} already exists; pass another -o folder (vf-eval never overwrites results)")
+        record_tokens = await choose_token_mode(client, model, token_ids, base_url)
         out.mkdir(parents=True, exist_ok=True)
         r = opts["rollouts_per_example"]
         typer.echo(f"{PROG}: {env_id} ({split} split): {n} examples x {r} rollouts against {base_url}")
@@ -223,7 +261,7 @@ async def _run(env, env_id, env_args, opts, sampling, base_url, key_var, api_key
                       TimeElapsedColumn(), TimeRemainingColumn()) as progress:
             bar = progress.add_task(env_id, total=n * r)
             rollouts = await run_eval(env, client, model, n, r, sampling, opts["max_concurrent"],
-                                      out / "results.jsonl", lambda k: progress.advance(bar, k))
+                                      out / "results.jsonl", lambda k: progress.advance(bar, k), record_tokens)
     except BaseException as e:  # also Ctrl-C: no empty results file left behind
         if out is not None:
             _remove_if_empty(out / "results.jsonl")
@@ -238,7 +276,8 @@ async def _run(env, env_id, env_args, opts, sampling, base_url, key_var, api_key
     metadata = {
         "env_id": env_id, "env_args": env_args, "model": model, "base_url": base_url, "split": split,
         "num_examples": n, "rollouts_per_example": r, "num_rollouts": len(rollouts), "sampling_args": sampling,
-        "max_concurrent": opts["max_concurrent"], "defaults_from": str(source) if source else None,
+        "max_concurrent": opts["max_concurrent"], "token_ids": record_tokens,
+        "defaults_from": str(source) if source else None,
         **summary, "duration_s": round(time.time() - t0, 3),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "vfrl_version": _vfrl_version(),
     }
