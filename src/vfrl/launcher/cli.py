@@ -104,6 +104,10 @@ def run(
         cfg = load_user_config(config_path, overrides)
     except ConfigError as e:
         fail(str(e))
+    if env_problem := environment_problem(cfg.env.id):  # vf-train would fail on it only after vLLM started
+        if not dry_run:
+            fail(f"{config_path}: {env_problem}")
+        typer.secho(f"vf-rl: warning: {config_path}: {env_problem}", err=True, fg=typer.colors.YELLOW)
     srv = tmux.server(tmux_socket)
     session_name = session or cfg.args.run_name
     exists = tmux.session_exists(srv, session_name)
@@ -135,12 +139,7 @@ def run(
         plan = make_plan(cfg, run_dir, session_name, machine, workdir)
     except PlanError as e:
         fail(f"{config_path}: {e}")
-    env_problem = environment_problem(cfg.env.id)
-    if env_problem and not dry_run:
-        fail(f"{config_path}: {env_problem}")
     if dry_run:
-        if env_problem:
-            typer.secho(f"vf-rl: warning: {config_path}: {env_problem}", err=True, fg=typer.colors.YELLOW)
         typer.echo(f"# vf-rl dry run of {config_path}: nothing was started\n\n"
                    f"# resolved config (written to {run_dir / 'config.toml'} at launch)")
         typer.echo(tomli_w.dumps(plan.config.model_dump(mode="json", exclude_none=True)))
