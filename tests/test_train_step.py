@@ -154,6 +154,7 @@ def lora_model(model_dir, seed=0):
 
 def test_chunked_logprobs_and_gradients_equal_the_naive_ones(tiny_model):
     model = lora_model(tiny_model)
+    torch.manual_seed(1)
     ids = torch.randint(3, 99, (3, 21))
     attn = torch.ones_like(ids)
     positions = torch.rand(3, 20) > 0.3
@@ -165,7 +166,9 @@ def test_chunked_logprobs_and_gradients_equal_the_naive_ones(tiny_model):
     chunked.sum().backward()
     assert (chunked - naive * positions).abs().max() < 1e-5
     assert (entropy - naive_entropy * positions).abs().max() < 1e-5
-    assert all(torch.allclose(p.grad, grads[n], atol=1e-5) for n, p in model.named_parameters() if p.requires_grad)
+    for n, p in model.named_parameters():
+        if p.requires_grad:  # fp32 sums in another order: relative to the largest gradient entry
+            assert (p.grad - grads[n]).abs().max() <= 2e-5 * grads[n].abs().max(), n
 
 
 def test_reference_of_lora_is_the_base_model(tiny_model):

@@ -110,8 +110,8 @@ class TrainerArgs(Strict):
     @model_validator(mode="after")
     def _loss_bounds(self) -> "TrainerArgs":
         if self.mask_ratio_low >= self.mask_ratio_high:
-            raise ValueError(f"mask_ratio_low ({self.mask_ratio_low}) must be below mask_ratio_high "
-                             f"({self.mask_ratio_high})")
+            raise RuleError([("mask_ratio_low", self.mask_ratio_low,
+                              f"must be below mask_ratio_high ({self.mask_ratio_high})")])
         return self
     # ---- end of algorithm block ----
     # LoRA

@@ -17,16 +17,38 @@ from torch.utils.checkpoint import checkpoint
 _NO_POSITION = torch.empty(0, dtype=torch.long)
 
 
+class _TargetLogprob(torch.autograd.Function):
+    """log_softmax(logits)[target], with a backward that allocates one (N, V) tensor where autograd's
+    logsumexp/gather backward allocates several: d/dlogits = grad * (onehot(target) - softmax(logits))."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        lse = torch.logsumexp(logits, dim=-1)
+        ctx.save_for_backward(logits, targets, lse)
+        return logits.gather(-1, targets[:, None]).squeeze(-1) - lse
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        logits, targets, lse = ctx.saved_tensors
+        dlogits = (logits - lse[:, None]).exp_().mul_(-grad[:, None])  # -grad * softmax, in place
+        dlogits.scatter_add_(-1, targets[:, None], grad[:, None])  # + grad at the target
+        return dlogits, None
+
+
 def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, lm_head, temperature: float,
                     with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """hidden: (N, H), targets: (N,) -> logprob of each target (N,), entropy (N,) (or empty)."""
-    logits = lm_head(hidden).float() / temperature  # (N, V): the only full-vocabulary tensor
-    lse = torch.logsumexp(logits, dim=-1)
-    logprobs = logits.gather(-1, targets[:, None]).squeeze(-1) - lse
+    if temperature != 1.0:
+        if getattr(lm_head, "bias", None) is None:
+            hidden = hidden / temperature  # lm_head is linear: scaling (N, H) beats scaling (N, V)
+    logits = lm_head(hidden).float()  # (N, V): the only full-vocabulary tensor
+    if temperature != 1.0 and getattr(lm_head, "bias", None) is not None:
+        logits = logits / temperature
+    logprobs = _TargetLogprob.apply(logits, targets)
     entropy = logprobs.new_empty(0)
     if with_entropy:  # logged, never trained on
         with torch.no_grad():
-            entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+            entropy = torch.logsumexp(logits, dim=-1) - torch.softmax(logits, dim=-1).mul_(logits).sum(-1)
     return logprobs, entropy
 
 
@@ -36,14 +58,16 @@ def _has_logit_transform(config) -> bool:
                                                                      "logits_scaling"))
 
 
-def naive_sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                            temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def naive_sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
+                            with_entropy: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """The reference implementation: full (B, T-1, V) fp32 logits. Returns (logprobs, entropy), (B, T-1) each."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float() / temperature
     lse = torch.logsumexp(logits, dim=-1)
     logprobs = logits.gather(-1, input_ids[:, 1:, None]).squeeze(-1) - lse
-    with torch.no_grad():
-        entropy = lse - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+    entropy = torch.zeros_like(lse)
+    if with_entropy:
+        with torch.no_grad():
+            entropy = lse.detach() - torch.softmax(logits, dim=-1).mul_(logits).sum(-1)
     return logprobs, entropy
 
 
@@ -59,7 +83,7 @@ def sequence_logprobs_and_entropy(
         zeros = torch.zeros(positions.shape, dtype=torch.float32, device=positions.device)
         return zeros, zeros.clone()
     if _has_logit_transform(inner.config):
-        logprobs, entropy = naive_sequence_logprobs(model, input_ids, attention_mask, temperature)
+        logprobs, entropy = naive_sequence_logprobs(model, input_ids, attention_mask, temperature, with_entropy)
         if positions is not None:
             logprobs, entropy = logprobs * positions, entropy * positions
         return logprobs, entropy
