@@ -196,3 +196,12 @@ def test_reference_of_full_fine_tuning_is_a_frozen_copy_of_the_base(tiny_model):
             p.add_(0.05 * torch.randn_like(p))  # training moves every weight
     assert (reference.logprobs(ids, attn, 1.0) - base).abs().max() < 1e-6
     assert not any(p.requires_grad for p in reference.frozen.parameters())
+
+
+def test_full_fine_tuning_step_with_kl_against_the_frozen_base(tiny_model, tmp_path):
+    trainer = make_trainer(tiny_model, tmp_path, use_lora=False, beta=0.1, learning_rate=1e-3)
+    batch = fake_batch(trainer)
+    before = trainable(trainer)
+    first = trainer.train_step(batch)
+    assert first["kl"] == 0.0 and changed(before, trainer)
+    assert trainer.train_step(batch)["kl"] > 0
