@@ -61,6 +61,14 @@ def test_ratio_mask_loss_drops_out_of_range_tokens():
     assert pl.high.tolist() == [[True, False, False]] and pl.low.tolist() == [[False, False, True]]
 
 
+@pytest.mark.parametrize("old_value", [float("-inf"), -9999.0])
+def test_an_impossible_sampling_logprob_is_masked_not_nan(old_value):
+    logp = torch.zeros(1, 2, requires_grad=True)
+    pl = ratio_mask_loss(logp, torch.tensor([[old_value, 0.0]]), torch.tensor([1.0]), 0.125, 8.0)
+    pl.per_token.sum().backward()
+    assert pl.per_token.tolist() == [[0.0, -1.0]] and logp.grad.tolist() == [[0.0, -1.0]]
+
+
 def test_ppo_clip_loss_hand_computed():
     # ratios 1.5, 0.5, 1.0 for a positive and a negative advantage, epsilon 0.2
     old = torch.log(torch.tensor([[1 / 1.5, 1 / 0.5, 1.0]])).repeat(2, 1)

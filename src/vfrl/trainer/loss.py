@@ -28,8 +28,15 @@ class PolicyLoss:
     high: torch.Tensor  # (B, T) bool: the upper bound did
 
 
+MAX_LOG_RATIO = 20.0  # caps ratio at e^20: a -inf (or -9999) old logprob gives a huge ratio, never inf * 0 = NaN
+
+
+def importance_ratio(logprobs, old_logprobs) -> torch.Tensor:
+    return torch.exp((logprobs - old_logprobs).clamp(max=MAX_LOG_RATIO))
+
+
 def ratio_mask_loss(logprobs, old_logprobs, advantages, mask_ratio_low: float, mask_ratio_high: float) -> PolicyLoss:
-    ratio = torch.exp(logprobs - old_logprobs)
+    ratio = importance_ratio(logprobs, old_logprobs)
     low, high = ratio < mask_ratio_low, ratio > mask_ratio_high
     per_token = -ratio * advantages[:, None] * ~(low | high)
     return PolicyLoss(per_token, low, high)
@@ -44,13 +51,13 @@ def _clipped(ratio, advantages, epsilon: float, epsilon_high: float) -> PolicyLo
 
 
 def ppo_clip_loss(logprobs, old_logprobs, advantages, epsilon: float, epsilon_high: float) -> PolicyLoss:
-    return _clipped(torch.exp(logprobs - old_logprobs), advantages, epsilon, epsilon_high)
+    return _clipped(importance_ratio(logprobs, old_logprobs), advantages, epsilon, epsilon_high)
 
 
 def gspo_loss(logprobs, old_logprobs, advantages, loss_mask, epsilon: float, epsilon_high: float) -> PolicyLoss:
     n = loss_mask.sum(-1).clamp(min=1)
     seq_log_ratio = ((logprobs - old_logprobs) * loss_mask).sum(-1) / n  # (B,)
-    ratio = torch.exp(seq_log_ratio)[:, None].expand_as(logprobs)
+    ratio = torch.exp(seq_log_ratio.clamp(max=MAX_LOG_RATIO))[:, None].expand_as(logprobs)
     return _clipped(ratio, advantages, epsilon, epsilon_high)
 
 
