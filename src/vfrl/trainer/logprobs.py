@@ -5,8 +5,9 @@ The naive way, `model(ids).logits.float()`, holds a (B, T, V) fp32 tensor, and a
 Here the model runs to its last hidden state only (`logits_to_keep` selects no position), then
 lm_head runs over chunks of `chunk_size` token positions, and only at the positions asked for
 (the trainer asks for loss tokens, not prompts). Each chunk sits under activation checkpointing:
-autograd keeps the chunk's hidden states and recomputes its logits in backward, so at most one
-(chunk_size, V) block of logits exists at a time. benchmarks/logprob_memory.py measures the effect.
+autograd keeps the chunk's hidden states and recomputes its logits in backward, and a custom
+backward for log_softmax-at-target needs one more (chunk_size, V) tensor, so about two blocks of
+chunk logits exist at any time, whatever B and T are. benchmarks/logprob_memory.py measures it.
 """
 
 from __future__ import annotations
@@ -38,11 +39,11 @@ class _TargetLogprob(torch.autograd.Function):
 def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, lm_head, temperature: float,
                     with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """hidden: (N, H), targets: (N,) -> logprob of each target (N,), entropy (N,) (or empty)."""
-    if temperature != 1.0:
-        if getattr(lm_head, "bias", None) is None:
-            hidden = hidden / temperature  # lm_head is linear: scaling (N, H) beats scaling (N, V)
+    has_bias = getattr(lm_head, "bias", None) is not None
+    if temperature != 1.0 and not has_bias:
+        hidden = hidden / temperature  # lm_head is linear: scaling (N, H) is cheaper than scaling (N, V)
     logits = lm_head(hidden).float()  # (N, V): the only full-vocabulary tensor
-    if temperature != 1.0 and getattr(lm_head, "bias", None) is not None:
+    if temperature != 1.0 and has_bias:
         logits = logits / temperature
     logprobs = _TargetLogprob.apply(logits, targets)
     entropy = logprobs.new_empty(0)
