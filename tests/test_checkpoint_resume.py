@@ -205,10 +205,10 @@ def runs(tmp_path_factory, tiny_model):
     out = {}
     procs = []
     try:
+        # the uninterrupted and the to-be-killed run start together: two vLLM start-ups overlap
         full_cfg = write_config(tmp / "full.toml", tiny_model, port=0, output_dir=tmp / "outputs", run_name="full", **RUN_ARGS)
-        p = vf_rl(full_cfg, sock, cwd=tmp)
-        procs.append(p)
-        out["full"] = (p.communicate(timeout=600)[0], p.returncode)
+        full = vf_rl(full_cfg, sock, cwd=tmp)
+        procs.append(full)
 
         cfg = write_config(tmp / "killed.toml", tiny_model, port=0, output_dir=tmp / "outputs", run_name="killed", **RUN_ARGS)
         run_dir = tmp / "outputs" / "killed"
@@ -222,6 +222,7 @@ def runs(tmp_path_factory, tiny_model):
         os.kill(trainer_pid, signal.SIGKILL)
         killed_at = read_metrics(run_dir)[-1]["step"] if (run_dir / "metrics.jsonl").exists() else 0
         out["killed"] = (p.communicate(timeout=300)[0], p.returncode, killed_at)
+        out["full"] = (full.communicate(timeout=600)[0], full.returncode)
 
         p = vf_rl(cfg, sock, "--resume", cwd=tmp)
         procs.append(p)
