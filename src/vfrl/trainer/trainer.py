@@ -256,7 +256,9 @@ class RLTrainer:
                 await self.finish_eval(evaluation)
                 evaluation = None
             if getattr(self.sync, "reloads_in_place", False) and step + 1 < a.max_steps:
+                t_drain = time.time()
                 await asyncio.wait([next_batch])  # full weights: batch step+1 ends on the policy it started on
+                wait_s += time.time() - t_drain  # idle on generation, like waiting for the batch
             model_name, sync_s = await asyncio.to_thread(self.sync.push, model, version)
             if is_eval_step(a, version):
                 evaluation = self.start_eval(orch, model_name, version)
