@@ -46,6 +46,8 @@ def fake_run(tmp_path: Path, socket_name: str, session: str, stubborn: bool = Fa
     leaders = [tmux.pane_state(srv, session, role).pid for role in ("inference", "trainer", "metrics")]
     pids = procs.pane_processes(leaders)
     assert len(pids) >= 7, pids  # 2 pane shells, 2 tee, sleep x2 (+ the stubborn bash), vf-rl watch
+    marked = procs.pane_processes([], run_dir)  # found by the environment marker alone
+    assert marked == {p for p in pids if p.pid not in leaders[:2]}  # all but the two script shells tmux started
     return run_dir, pids
 
 
@@ -96,7 +98,8 @@ def test_stop_ends_a_trainer_that_ignores_ctrl_c(tmp_path, socket_name):
     assert res.returncode == 0, res.stderr
     assert "the trainer did not stop; terminating it" in res.stdout
     assert procs.alive(pids) == set()
-    assert (run_dir / "trainer.exitcode").read_text().strip() == "137"  # the pane script still recorded it
+    # the pane script still recorded how it died (SIGKILL, or SIGPIPE once its tee was gone)
+    assert int((run_dir / "trainer.exitcode").read_text()) > 128
     assert not tmux.session_exists(tmux.server(socket_name), "test")
 
 
@@ -148,3 +151,13 @@ def test_watch_prints_one_line_per_step_and_stops_with_the_trainer(tmp_path):
     assert out[2].split() == ["1/4", "0.600", "0.600", "-0.0100", "1.0e-03", "-"]
     assert out[4].split() == ["3/4", "0.800", "0.700", "-0.0100", "1.0e-03", "2.00", "0:00:02"]
     assert out[5:] == ["trainer exited with code 0"]  # the half-written line is not shown
+
+
+def test_a_process_is_named_by_pid_and_start_time_so_a_reused_pid_is_never_signalled():
+    import os
+
+    me = procs.pane_processes([os.getpid()])
+    assert {p.pid for p in me} >= {os.getpid()} and procs.alive(me) == me
+    impostor = procs.Proc(os.getpid(), start=next(iter(me)).start + 1)  # same pid, another process
+    assert procs.alive({impostor}) == set()
+    procs.signal_all({impostor}, 9)  # must not kill this test

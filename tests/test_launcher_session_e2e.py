@@ -53,13 +53,14 @@ def wait_for_a_step(run_dir: Path, timeout: float = 400) -> None:
 
 def run_processes(socket_name: str, session: str, run_dir: Path) -> set[int]:
     srv = tmux.server(socket_name)
-    leaders = [tmux.pane_state(srv, session, role).pid for role in ("inference", "trainer")]
-    pids = procs.pane_processes(leaders)
+    leaders = [tmux.pane_state(srv, session, role).pid for role in ("inference", "trainer", "metrics")]
+    found = procs.pane_processes(leaders)
+    assert procs.pane_processes(leaders, run_dir) == found  # the environment marker finds the same ones
     server = int((run_dir / "inference.pid").read_text())
-    assert server in pids
-    assert any(Path(f"/proc/{p}/stat").exists() and procs._stat(p)[0] == server for p in pids), \
+    assert server in {p.pid for p in found}
+    assert any((st := procs._stat(p.pid)) and st[0] == server for p in found), \
         "vLLM's engine core (a child of the server) should be among the run's processes"
-    return pids
+    return found
 
 
 def assert_port_free(run_dir: Path) -> None:

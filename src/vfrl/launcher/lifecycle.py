@@ -29,12 +29,18 @@ def wait_dead(srv: libtmux.Server, session: str, role: str, timeout: float) -> b
 
 
 def stop_run(srv: libtmux.Server, session: str, trainer_grace: float = 60, grace: float = 30,
-             echo: Callable[[str], None] = print) -> set[int]:
-    """Stop both panes of a vf-rl session and close it. Returns pids that needed SIGKILL (ideally none)."""
-    panes = {role: tmux.pane_state(srv, session, role) for role in ("inference", "trainer", "metrics")}
-    leaders = [p.pid for p in panes.values() if p]
-    run_processes = procs.pane_processes(leaders)
-    killed: set[int] = set()
+             echo: Callable[[str], None] = print) -> set[procs.Proc]:
+    """Stop every pane of a vf-rl session and close it. Returns the processes that needed SIGKILL (ideally none)."""
+    run_dir = Path(tmux.option(srv, session, tmux.RUN_DIR_OPTION) or "")
+    panes = {role: tmux.pane_state(srv, session, role) for role in tmux.PANE_OPTION}
+
+    def processes(*roles: str) -> set[procs.Proc]:
+        # a dead pane's pid may already belong to someone else: only live panes are leaders
+        leaders = [p.pid for role in roles if (p := tmux.pane_state(srv, session, role)) and not p.dead]
+        return procs.pane_processes(leaders, run_dir if len(roles) == len(tmux.PANE_OPTION) else None)
+
+    everything = processes(*tmux.PANE_OPTION)
+    killed: set[procs.Proc] = set()
     trainer = panes["trainer"]
     if trainer and not trainer.dead:
         echo(f"vf-rl: stopping '{session}': Ctrl-C to the trainer (waits up to {trainer_grace:.0f}s for its step)")
@@ -42,15 +48,15 @@ def stop_run(srv: libtmux.Server, session: str, trainer_grace: float = 60, grace
         if not wait_dead(srv, session, "trainer", trainer_grace):
             echo("vf-rl: the trainer did not stop; terminating it")
             # the pane's shell is spared, so its epilogue still records the exit code and stops inference
-            killed |= procs.terminate(procs.pane_processes([trainer.pid]) - {trainer.pid}, grace=10)
+            killed |= procs.terminate({p for p in processes("trainer") if p.pid != trainer.pid}, grace=10)
             if not wait_dead(srv, session, "trainer", grace):
-                killed |= procs.terminate(procs.pane_processes([trainer.pid]), grace=5)
+                killed |= procs.terminate(processes("trainer"), grace=5)
     inference = panes["inference"]
     if inference and not wait_dead(srv, session, "inference", grace):
         echo("vf-rl: the inference server did not stop; terminating it")
-        killed |= procs.terminate(procs.pane_processes([inference.pid]), grace=10)
+        killed |= procs.terminate(processes("inference"), grace=10)
     # children (vLLM's engine core) may still be finishing their own shutdown: give them a moment
-    left = procs.wait_gone(run_processes | procs.pane_processes(leaders), timeout=grace / 3)
+    left = procs.wait_gone(everything | processes(*tmux.PANE_OPTION), timeout=grace / 3)
     if left:
         echo(f"vf-rl: terminating {len(left)} leftover process(es) of the run: {procs.describe(left)}")
         killed |= procs.terminate(left, grace=5)
@@ -89,7 +95,7 @@ def run_ended(run_dir: Path, pane: str) -> bool:
     if not (run_dir / "trainer.exitcode").exists():
         return False
     if pane == "inference" and (pid_file := run_dir / "inference.pid").is_file():
-        return procs.alive({int(pid_file.read_text() or 0)}) == set()
+        return not procs.pid_alive(int(pid_file.read_text() or 0))
     return True
 
 

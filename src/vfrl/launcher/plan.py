@@ -20,6 +20,7 @@ from pathlib import Path
 
 from vfrl.bundle import bundled
 from vfrl.config import ACCELERATE_CONFIGS, RLConfig
+from vfrl.launcher.procs import MARKER
 
 
 class PlanError(Exception):
@@ -178,7 +179,8 @@ def pane_script(pane: PanePlan, run_dir: Path, workdir: Path, after: list[str] =
     epilogue stops the inference server).
     """
     lines = ["#!/usr/bin/env bash", f"# vf-rl {pane.title.lower()} pane", "set -o pipefail",
-             "trap : INT TERM", f"cd {shlex.quote(str(workdir))}"]
+             "trap : INT TERM", f"cd {shlex.quote(str(workdir))}",
+             f"export {MARKER}={shlex.quote(str(run_dir))}  # vf-rl stop finds the run's processes by it"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in pane.env.items()]
     lines.append(f'export VFRL_API_KEY="$(cat {shlex.quote(str(run_dir / ".api_key"))})"')
     lines.append(f"{shlex.join(pane.command)} 2>&1 | tee -i -a {shlex.quote(str(pane.log))}; code=${{PIPESTATUS[0]}}")

@@ -1,7 +1,10 @@
-"""The processes of a tmux pane, read from /proc: everything in the pane's session, plus descendants.
+"""The processes of a run, read from /proc, without ever touching a process that is not the run's.
 
-A pane's shell is a session leader (tmux calls setsid), so every process started from it carries
-its pid as session id unless it started a session of its own; the descendant walk catches those.
+A process belongs to the run if it descends from one of its live panes (a pane's shell is a session
+leader: tmux calls setsid, so its processes also carry its pid as session id), or if it carries the
+run's marker `VFRL_RUN_DIR=<run dir>` in its environment (the pane scripts export it, children
+inherit it; that finds orphans of a pane that already exited). Pids are small and get reused
+(pid_max is 32768 here), so a process is named by (pid, start time), and every signal re-checks it.
 """
 
 from __future__ import annotations
@@ -9,22 +12,31 @@ from __future__ import annotations
 import os
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+MARKER = "VFRL_RUN_DIR"
 
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(ppid, sid) of a live process, None if it is gone or a zombie."""
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    start: int  # clock ticks after boot: with the pid it names one process, even once the pid is reused
+
+
+def _stat(pid: int) -> tuple[int, int, int] | None:
+    """(ppid, sid, start time) of a live process; None if it is gone or a zombie."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "
+    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "; fields[0] is field 3 (state)
     if fields[0] == "Z":
         return None
-    return int(fields[1]), int(fields[3])
+    return int(fields[1]), int(fields[3]), int(fields[19])
 
 
-def _all() -> dict[int, tuple[int, int]]:
+def _all() -> dict[int, tuple[int, int, int]]:
     out = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit() and (st := _stat(int(entry))):
@@ -32,53 +44,66 @@ def _all() -> dict[int, tuple[int, int]]:
     return out
 
 
-def pane_processes(leaders: list[int]) -> set[int]:
-    """Live pids in the sessions of `leaders`, the leaders themselves, and all their descendants."""
+def _has_marker(pid: int, marker: bytes) -> bool:
+    try:
+        return marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def pane_processes(leaders: list[int], run_dir: Path | None = None) -> set[Proc]:
+    """Live processes of the run: the live pane shells `leaders`, their sessions and descendants, and
+    (given run_dir) every process that carries the run's marker."""
     table = _all()
-    found = {pid for pid, (_, sid) in table.items() if sid in leaders} | {p for p in leaders if p in table}
-    grew = True
-    while grew:
-        children = {pid for pid, (ppid, _) in table.items() if ppid in found} - found
+    found = {p for p in leaders if p in table}
+    found |= {pid for pid, (_, sid, _) in table.items() if sid in found}
+    if run_dir is not None:
+        marker = f"{MARKER}={run_dir}".encode()
+        found |= {pid for pid in table if _has_marker(pid, marker)}
+    while children := {pid for pid, (ppid, _, _) in table.items() if ppid in found} - found:
         found |= children
-        grew = bool(children)
-    return found
+    return {Proc(pid, table[pid][2]) for pid in found}
 
 
-def alive(pids: set[int]) -> set[int]:
-    return {p for p in pids if _stat(p)}
+def alive(procs: set[Proc]) -> set[Proc]:
+    return {p for p in procs if (st := _stat(p.pid)) and st[2] == p.start}
 
 
-def describe(pids: set[int]) -> str:
+def pid_alive(pid: int) -> bool:
+    return _stat(pid) is not None
+
+
+def describe(procs: set[Proc]) -> str:
     """`123 (python3), 456 (VLLM::EngineCore)` for messages."""
     names = []
-    for pid in sorted(pids):
+    for p in sorted(procs, key=lambda p: p.pid):
         try:
-            names.append(f"{pid} ({Path(f'/proc/{pid}/comm').read_text().strip()})")
+            names.append(f"{p.pid} ({Path(f'/proc/{p.pid}/comm').read_text().strip()})")
         except OSError:
-            names.append(str(pid))
+            names.append(str(p.pid))
     return ", ".join(names)
 
 
-def signal_all(pids: set[int], sig: int) -> None:
-    for pid in pids:
+def signal_all(procs: set[Proc], sig: int) -> None:
+    for p in alive(procs):  # re-checked right before the signal: never a reused pid
         try:
-            os.kill(pid, sig)
+            os.kill(p.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
 
 
-def wait_gone(pids: set[int], timeout: float) -> set[int]:
-    """Wait until none of pids is alive; returns those still alive at the timeout."""
+def wait_gone(procs: set[Proc], timeout: float) -> set[Proc]:
+    """Wait until none of procs is alive; returns those still alive at the timeout."""
     deadline = time.monotonic() + timeout
-    while (left := alive(pids)) and time.monotonic() < deadline:
+    while (left := alive(procs)) and time.monotonic() < deadline:
         time.sleep(0.2)
     return left
 
 
-def terminate(pids: set[int], grace: float) -> set[int]:
-    """SIGTERM, wait `grace` seconds, then SIGKILL what is left. Returns the pids that needed SIGKILL."""
-    signal_all(alive(pids), signal.SIGTERM)
-    stubborn = wait_gone(pids, grace)
+def terminate(procs: set[Proc], grace: float) -> set[Proc]:
+    """SIGTERM, wait `grace` seconds, then SIGKILL what is left. Returns the processes that needed SIGKILL."""
+    signal_all(procs, signal.SIGTERM)
+    stubborn = wait_gone(procs, grace)
     signal_all(stubborn, signal.SIGKILL)
     wait_gone(stubborn, 5)
     return stubborn

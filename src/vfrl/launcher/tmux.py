@@ -14,6 +14,7 @@ import libtmux
 from libtmux.constants import PaneDirection
 
 from vfrl.launcher.plan import Plan
+from vfrl.launcher.procs import MARKER
 
 RUN_DIR_OPTION = "@vfrl-run-dir"
 PANE_OPTION = {"inference": "@vfrl-inference-pane", "trainer": "@vfrl-trainer-pane", "metrics": "@vfrl-metrics-pane"}
@@ -57,7 +58,7 @@ def start_session(srv: libtmux.Server, plan: Plan, workdir: Path) -> libtmux.Ses
     session.set_option(PANE_OPTION["trainer"], trainer.pane_id)
     window.select_layout("even-horizontal")
     metrics = trainer.split(direction=PaneDirection.Below, size=12, shell=shlex.join(plan.metrics.command),
-                            start_directory=str(workdir))
+                            start_directory=str(workdir), environment={MARKER: str(plan.run_dir)})
     metrics.cmd("select-pane", "-T", plan.metrics.title)
     session.set_option(PANE_OPTION["metrics"], metrics.pane_id)
     trainer.select()
