@@ -176,7 +176,9 @@ def run(
         attach = sys.stdout.isatty()
     if attach:
         sock = ["-L", tmux_socket] if tmux_socket else []
-        os.execvp("tmux", ["tmux", *sock, "attach", "-t", session_name])
+        # inside tmux already (same server): switch this client over rather than nest a second one
+        verb = "switch-client" if os.environ.get("TMUX") and not tmux_socket else "attach"
+        os.execvp("tmux", ["tmux", *sock, verb, "-t", session_name])
     typer.echo(f"vf-rl: watch with `{tmux_hint(tmux_socket)} attach -t {session_name}`; stop with "
                f"`vf-rl stop {session_name}` or Ctrl-C here")
     raise typer.Exit(wait_for_trainer(srv, session_name, run_dir))
