@@ -209,9 +209,10 @@ def test_an_environment_that_is_not_installed_stops_the_launch_in_one_line(tmp_p
     assert dry.exit_code == 0 and "vf-rl: warning: cfg.toml: env.id" in dry.stderr
 
 
-def test_inference_args_become_kebab_case_vllm_flags_booleans_bare():
+def test_inference_args_become_kebab_case_vllm_flags_booleans_bare_or_negated():
     from vfrl.inference.server import flag_args
 
     assert flag_args({"enforce_eager": True, "max_model_len": 512, "enable_prefix_caching": False,
                       "tensor_parallel_size": 2, "data_parallel_size": 3}) == [
-        "--enforce-eager", "--max-model-len", "512", "--tensor-parallel-size", "2", "--data-parallel-size", "3"]
+        "--enforce-eager", "--max-model-len", "512", "--no-enable-prefix-caching", "--tensor-parallel-size", "2",
+        "--data-parallel-size", "3"]

@@ -45,7 +45,8 @@ class InferenceConfig(Strict):
     host: str = Field("127.0.0.1", description="Address vLLM binds; loopback unless you need it reachable.")
     port: int = Field(8000, ge=0, le=65535, description="Port of the vLLM server; 0 picks a free one.")
     args: dict[str, Any] = Field(
-        default_factory=dict, description="Extra vLLM server flags: `enforce_eager = true` -> `--enforce-eager`."
+        default_factory=dict, description="Extra vLLM server flags: `enforce_eager = true` -> `--enforce-eager`, "
+        "`enable_prefix_caching = false` -> `--no-enable-prefix-caching`."
     )
 
 

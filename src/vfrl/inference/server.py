@@ -24,13 +24,16 @@ API_KEY_ENV = "VFRL_API_KEY"
 
 
 def flag_args(args: dict[str, Any]) -> list[str]:
-    """`{"enforce_eager": True, "max_model_len": 512}` -> `["--enforce-eager", "--max-model-len", "512"]`."""
+    """`{"enforce_eager": True, "enable_prefix_caching": False, "max_model_len": 512}`
+    -> `["--enforce-eager", "--no-enable-prefix-caching", "--max-model-len", "512"]` (None: left out)."""
     out: list[str] = []
     for key, value in args.items():
         flag = "--" + key.replace("_", "-")
         if value is True:
             out.append(flag)
-        elif value is False or value is None:
+        elif value is False:
+            out.append("--no-" + flag[2:])  # vLLM's boolean flags all accept the --no- form
+        elif value is None:
             continue
         elif isinstance(value, (list, tuple)):
             out += [flag, *map(str, value)]
@@ -83,7 +86,7 @@ def server_argv(model: str, host: str, port: int, max_lora_rank: int | None, ext
         # vLLM rewind a seeded request's torch.Generator, which CPU generators cannot do ("CPU Generator
         # does not use offset") and the engine dies. Whole prefills avoid it (max_num_batched_tokens
         # then defaults to at least max_model_len).
-        args["no_enable_chunked_prefill"] = True
+        args["enable_chunked_prefill"] = False  # -> --no-enable-chunked-prefill
     args.update(extra)
     return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *flag_args(args)]
 

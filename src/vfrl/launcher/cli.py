@@ -80,7 +80,7 @@ def run(
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Start the session and return at once (follow with `vf-rl logs -f`).")] = False,
     replace: Annotated[bool, typer.Option("--replace", help="If the session already exists, stop it cleanly (as `vf-rl stop` does), then start.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved config and the plan (devices, each pane's exact script and environment, run directory); start nothing.")] = False,
-    resume: Annotated[Optional[str], typer.Option("--resume", is_flag=False, flag_value="latest", metavar="[STEP|PATH]", help="Continue from a checkpoint in the same run dir: alone, the newest one of the newest run dir of this run_name; or a step number; or a checkpoint/run dir path.")] = None,
+    resume: Annotated[Optional[str], typer.Option("--resume", metavar="[STEP|PATH]", help="Continue from a checkpoint in the same run dir: alone, the newest one of the newest run dir of this run_name; or a step number; or a checkpoint/run dir path.")] = None,
 ) -> None:
     """Start a run: `vf-rl @ CONFIG` (same as `vf-rl run CONFIG`).
 

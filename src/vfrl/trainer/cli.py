@@ -22,8 +22,12 @@ def train(
     """Train the run described by CONFIG (as written by vf-rl into the run directory)."""
     if at != "@":
         raise typer.BadParameter("usage: vf-train @ CONFIG")
+    from transformers.utils import logging as hf_logging
+
     from vfrl.config import load_config
     from vfrl.trainer.trainer import RLTrainer
+
+    hf_logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bar, every sync and checkpoint
 
     cfg = load_config(config_path)
     run_dir = config_path.resolve().parent
