@@ -34,5 +34,5 @@ if [ ! -f "$stamp" ] || [ -n "$(find pyproject.toml environments -newer "$stamp"
 fi
 if [ ! -f models/tiny-reverse/model.safetensors ]; then
   echo "vfrl: making the embedded tiny model (models/tiny-reverse)"
-  "$VENV/bin/python" scripts/make_tiny_model.py --out models/tiny-reverse
+  "$VENV/bin/python" -m vfrl.make_tiny_model --out models/tiny-reverse
 fi

@@ -17,7 +17,7 @@ def tiny_model(tmp_path_factory) -> Path:
     if (made / "model.safetensors").exists():
         return made
     out = tmp_path_factory.mktemp("model") / "tiny-reverse"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "make_tiny_model.py"), "--out", str(out)], check=True)
+    subprocess.run([sys.executable, "-m", "vfrl.make_tiny_model", "--out", str(out)], check=True)
     return out
 
 

@@ -198,7 +198,8 @@ def test_vf_rl_help_runs_and_documents_overrides():
 def test_an_environment_that_is_not_installed_stops_the_launch_in_one_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "cfg.toml").write_text((ROOT / "configs/rl/quickstart.toml").read_text())
-    args = ["run", "cfg.toml", "--env.id", "no-such-env", "--tmux-socket", f"vfrl-env-{os.getpid()}", "--detach"]
+    args = ["run", "cfg.toml", "--env.id", "no-such-env", "--model", "Qwen/Qwen2.5-0.5B-Instruct",  # a hub id: not checked
+            "--tmux-socket", f"vfrl-env-{os.getpid()}", "--detach"]
     result = CliRunner().invoke(cli.app, args)
     assert result.exit_code == 2
     line = result.stderr.strip()

@@ -55,8 +55,9 @@ def setup(
         typer.echo(f"wrote    {dest / rel}")
     for rel in skipped:
         typer.echo(f"skipped  {dest / rel} (exists; --force overwrites)")
-    typer.echo(f"vf-setup: {len(written)} written, {len(skipped)} skipped. Next: pip install -e environments/<name>, "
-               f"then vf-rl @ configs/rl/<config>.toml --dry-run")
+    typer.echo(f"vf-setup: {len(written)} written, {len(skipped)} skipped. Next: vf-install <env name> "
+               f"(from environments/), then vf-rl @ configs/rl/<config>.toml --dry-run. The quick start's tiny "
+               f"model: vf-install reverse-text && python -m vfrl.make_tiny_model --out models/tiny-reverse")
 
 
 def main() -> None:

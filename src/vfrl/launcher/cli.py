@@ -25,7 +25,7 @@ from vfrl.launcher import lifecycle, tmux
 from vfrl.launcher.config_errors import ConfigError, load_user_config
 from vfrl.launcher.overrides import parse_overrides
 from vfrl.launcher.plan import (
-    PlanError, detect_machine, environment_problem, make_plan, pane_script, render_plan, trainer_epilogue,
+    PlanError, detect_machine, environment_problem, make_plan, model_problem, pane_script, render_plan, trainer_epilogue,
 )
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.split("\n\n")[0],
@@ -104,10 +104,12 @@ def run(
         cfg = load_user_config(config_path, overrides)
     except ConfigError as e:
         fail(str(e))
-    if env_problem := environment_problem(cfg.env.id):  # vf-train would fail on it only after vLLM started
-        if not dry_run:
-            fail(f"{config_path}: {env_problem}")
-        typer.secho(f"vf-rl: warning: {config_path}: {env_problem}", err=True, fg=typer.colors.YELLOW)
+    # vLLM and vf-train would fail on these only after start-up: say so now (a dry run only warns)
+    for problem in (model_problem(cfg.model, Path.cwd()), environment_problem(cfg.env.id)):
+        if problem and not dry_run:
+            fail(f"{config_path}: {problem}")
+        if problem:
+            typer.secho(f"vf-rl: warning: {config_path}: {problem}", err=True, fg=typer.colors.YELLOW)
     srv = tmux.server(tmux_socket)
     session_name = session or cfg.args.run_name
     exists = tmux.session_exists(srv, session_name)

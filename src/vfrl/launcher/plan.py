@@ -127,6 +127,26 @@ def environment_problem(env_id: str) -> str | None:
             f'{", ".join(names) or "none"}); install it with `vf-install {env_id}` or `pip install -e environments/{module}`')
 
 
+def model_problem(model: str, workdir: Path) -> str | None:
+    """Is `model` a local model directory that is missing? A hub id (`Qwen/Qwen2.5-0.5B-Instruct`) is left to vLLM.
+
+    A path is local when it is written as one (`./`, `../`, `/`, `~`) or its first folder exists here.
+    """
+    path = Path(model).expanduser()
+    path = path if path.is_absolute() else workdir / path
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return None
+        return f'model = "{model}" is invalid: {path} has no config.json; point it at a Hugging Face model folder'
+    first = Path(model).parts[0] if Path(model).parts else ""
+    local = model.startswith(("./", "../", "/", "~")) or (workdir / first).is_dir()
+    if not local:
+        return None
+    hint = (f"; make the embedded tiny model with `vf-install reverse-text && python -m vfrl.make_tiny_model "
+            f"--out {model}`" if Path(model).name == "tiny-reverse" else "")
+    return f'model = "{model}" is invalid: no such folder (from {workdir}){hint}'
+
+
 def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, workdir: Path | None = None) -> Plan:
     workdir = workdir or Path.cwd()
     run_dir = run_dir.resolve()

@@ -1,10 +1,11 @@
 """Make the embedded default model: a tiny Qwen2 chat model, warm-started on reverse-text.
 
-    python scripts/make_tiny_model.py --out models/tiny-reverse
+    python -m vfrl.make_tiny_model --out models/tiny-reverse
 
 Deterministic for a given seed. A short supervised pass on the reverse-text environment's train
 split gives the random model the format (reply, then <|im_end|>) and partial skill, so that the
-quick start's RL run has something to improve. Needs the reverse-text environment installed.
+quick start's RL run has something to improve. Needs the reverse-text environment installed
+(`vf-install reverse-text` in a folder made by vf-setup).
 """
 
 import argparse
