@@ -52,6 +52,9 @@ def sft(model, tok, rows, steps: int, batch_size: int, lr: float, seed: int) -> 
 
 
 def main() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="models/tiny-reverse")
     ap.add_argument("--seed", type=int, default=0)
