@@ -3,7 +3,8 @@
 A checkpoint holds everything needed to continue exactly where step N ended:
 
     model/               the model's save_pretrained(): the LoRA adapter, or all weights (use_lora = false)
-    trainer_state.pt     optimizer, LR scheduler, RNG states (python, numpy if loaded, torch, cuda)
+    trainer_state.pt     optimizer, LR scheduler, RNG states (python, numpy if loaded, torch, cuda); with
+                         several trainer processes also each rank's RNG states (rank 0 writes for all)
     trainer_state.json   step, data position, seed, policy version (readable)
     pending_batch.json   the batch for step N+1 when it was already generated (by policy N-1, as in
                          the uninterrupted run), so a resumed run trains on the very same rollouts
@@ -128,8 +129,10 @@ def batch_from_json(data: dict[str, Any]) -> Batch:
 
 
 def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, state: TrainingState,
-                    pending: Batch | None = None, keep_last: int | None = None) -> Path:
-    """Write checkpoint `step-{state.step}` atomically; then apply `keep_last`. Returns its path."""
+                    pending: Batch | None = None, keep_last: int | None = None,
+                    rng_per_rank: list[dict[str, Any]] | None = None) -> Path:
+    """Write checkpoint `step-{state.step}` atomically; then apply `keep_last`. Returns its path.
+    `rng_per_rank`: every trainer process's rng_states(), in rank order (several processes)."""
     import torch
 
     checkpoints_dir.mkdir(parents=True, exist_ok=True)
@@ -138,8 +141,10 @@ def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, state: T
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     model.save_pretrained(tmp / "model")
-    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_states()},
-               tmp / "trainer_state.pt")
+    saved = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_states()}
+    if rng_per_rank is not None and len(rng_per_rank) > 1:
+        saved["rng_per_rank"] = rng_per_rank
+    torch.save(saved, tmp / "trainer_state.pt")
     (tmp / "trainer_state.json").write_text(json.dumps(dataclasses.asdict(state), indent=1))
     if pending is not None:
         (tmp / "pending_batch.json").write_text(json.dumps(batch_to_json(pending)))
@@ -191,8 +196,9 @@ def load_model_weights(model, model_dir: Path) -> None:
         raise RuntimeError(f"{model_dir}: missing {missing[:5]}, unexpected {result.unexpected_keys[:5]}")
 
 
-def load_checkpoint(path: Path, model, optimizer, scheduler) -> tuple[TrainingState, Batch | None]:
-    """Restore model weights, optimizer, scheduler and RNG states in place; return the state and pending batch."""
+def load_checkpoint(path: Path, model, optimizer, scheduler, rank: int = 0) -> tuple[TrainingState, Batch | None]:
+    """Restore model weights, optimizer, scheduler and RNG states in place; return the state and pending batch.
+    `rank`: the trainer process restoring; it gets its own RNG states when the checkpoint has them (else rank 0's)."""
     import torch
 
     if not is_complete(path):
@@ -201,7 +207,8 @@ def load_checkpoint(path: Path, model, optimizer, scheduler) -> tuple[TrainingSt
     saved = torch.load(path / "trainer_state.pt", weights_only=False)
     optimizer.load_state_dict(saved["optimizer"])
     scheduler.load_state_dict(saved["scheduler"])
-    set_rng_states(saved["rng"])
+    per_rank = saved.get("rng_per_rank") or [saved["rng"]]
+    set_rng_states(per_rank[rank] if rank < len(per_rank) else saved["rng"])
     state = TrainingState(**json.loads((path / "trainer_state.json").read_text()))
     pending_file = path / "pending_batch.json"
     pending = batch_from_json(json.loads(pending_file.read_text())) if pending_file.exists() else None

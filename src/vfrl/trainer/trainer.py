@@ -4,14 +4,20 @@
             start generating batch n+1 with policy n
             train on batch n in a worker thread             -- the event loop keeps generating
             save adapter n+1, load it into vLLM, sample from it from now on
+
+With several processes (accelerate launch --num-processes N), rank 0 runs this loop and hands each
+batch to the other ranks, which only train (see distributed.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
+import warnings
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -25,8 +31,9 @@ from vfrl.trainer.logprobs import sequence_logprobs_and_entropy
 from vfrl.trainer.loss import kl_penalty, mismatch_kl, policy_loss
 from vfrl.trainer.normalization import loss_weights
 from vfrl.trainer.reference import ReferencePolicy
-from vfrl.trainer.checkpoint import TrainingState, load_checkpoint, save_checkpoint
+from vfrl.trainer.checkpoint import TrainingState, load_checkpoint, rng_states, save_checkpoint
 from vfrl.trainer.console import TrainerConsole
+from vfrl.trainer.distributed import Ranks
 from vfrl.trainer.evaluation import is_eval_step
 from vfrl.trainer.monitor import MismatchWatch, WandbSink, append_jsonl, set_aside_after
 from vfrl.trainer.orchestrator import Batch, Orchestrator
@@ -55,6 +62,7 @@ def wait_for_server(base_url: str, timeout: float, inference_pid_file: Path | No
 class RLTrainer:
     def __init__(self, config: RLConfig, run_dir: Path, base_url: str, api_key: str):
         from accelerate import Accelerator
+        from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, InitProcessGroupKwargs
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.cfg = config
@@ -63,7 +71,25 @@ class RLTrainer:
         self.base_url = base_url
         self.api_key = api_key
         torch.manual_seed(self.args.seed)
-        self.accelerator = Accelerator(mixed_precision="bf16" if self.args.bf16 else "no")
+        self.accelerator = Accelerator(
+            mixed_precision="bf16" if self.args.bf16 else "no",
+            # split_batches: the ranks split one batch, so the LR schedule steps once per batch (accelerate's
+            # default steps the prepared scheduler once per process, as if each rank had its own batch)
+            dataloader_config=DataLoaderConfiguration(split_batches=True),
+            kwargs_handlers=[
+                # ranks > 0 sit in a collective while rank 0 waits for vLLM, generates, evaluates or saves; a
+                # crashed rank ends the others through the launcher (torchrun stops the group), not this timeout
+                InitProcessGroupKwargs(timeout=timedelta(hours=3)),
+                # no buffer broadcast in forward: the buffers (rotary frequencies) are equal on every rank, and a
+                # forward skipped on one rank (a micro-batch without loss tokens) must not shift the collectives
+                DistributedDataParallelKwargs(broadcast_buffers=False),
+            ],
+        )
+        self.ranks = Ranks(self.accelerator.device)
+        micro_batches = -(-self.args.batch_size // self.args.micro_batch_size)
+        if micro_batches % self.ranks.world_size:
+            raise ValueError(f"trainer.args.batch_size / micro_batch_size = {micro_batches} micro-batches cannot be "
+                             f"shared by {self.ranks.world_size} trainer processes; make it a multiple")
         self.tokenizer = AutoTokenizer.from_pretrained(config.model)
         dtype = torch.bfloat16 if self.args.bf16 else torch.float32
         model = AutoModelForCausalLM.from_pretrained(config.model, dtype=dtype)
@@ -85,12 +111,15 @@ class RLTrainer:
 
         scheduler = get_scheduler(self.args.lr_scheduler_type, optimizer, num_warmup_steps=self.args.warmup_steps,
                                   num_training_steps=self.args.max_steps)
-        self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
+        with warnings.catch_warnings():  # torch renamed broadcast_buffers; accelerate passes the old name
+            warnings.filterwarnings("ignore", message="`broadcast_buffers` is deprecated", category=FutureWarning)
+            self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
         # the KL penalty's reference policy (beta > 0): see reference.py
         self.reference = ReferencePolicy(self.model, config.model, self.args.use_lora) if self.args.beta > 0 else None
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.env = load_environment(config.env.id, **config.env.args)
-        (run_dir / "rollouts").mkdir(parents=True, exist_ok=True)
+        if self.ranks.is_main:
+            (run_dir / "rollouts").mkdir(parents=True, exist_ok=True)
         if self.args.use_lora:
             (run_dir / "adapters").mkdir(parents=True, exist_ok=True)
             self.sync = AdapterSync(base_url, api_key, run_dir / "adapters")
@@ -107,12 +136,15 @@ class RLTrainer:
             self.start_step, self.pending_batch = self.resume(Path(self.args.resume_from))
         # wandb is imported only here: report_to = "none" needs neither the package nor an account
         self.wandb = (WandbSink(run_dir, self.args.run_name, config.model_dump(mode="json"))
-                      if self.args.report_to == "wandb" else None)
+                      if self.args.report_to == "wandb" and self.ranks.is_main else None)
 
     def resume(self, path: Path) -> tuple[int, Batch | None]:
         """Load checkpoint `path` into model, optimizer, scheduler and RNGs; returns (step, pending batch)."""
+        # every rank restores the same weights and optimizer state, and its own RNG state
         state, pending = load_checkpoint(path, self.accelerator.unwrap_model(self.model), self.optimizer,
-                                         self.scheduler)
+                                         self.scheduler, rank=self.ranks.rank)
+        if not self.ranks.is_main:  # the data position and pending batch matter on rank 0, which generates
+            return state.step, None
         a = self.args
         changed = [f"{k} {old} -> {new}" for k, old, new in (
             ("seed", state.seed, a.seed),
@@ -128,15 +160,26 @@ class RLTrainer:
                           f"moved to metrics.discarded.jsonl)")
         return state.step, pending
 
+    def save_due(self, step: int) -> bool:
+        """Is a checkpoint written before training step `step` (the state after `step` optimizer steps)?"""
+        a = self.args
+        return a.save_strategy == "steps" and step % a.save_steps == 0 and step > self.start_step
+
     def save(self, step: int, pending: Batch | None) -> float:
-        """Checkpoint after `step` optimizer steps (with the batch already generated for the next). Seconds."""
+        """Checkpoint after `step` optimizer steps (with the batch already generated for the next). Seconds.
+
+        Called on every rank: rank 0 collects the ranks' RNG states and writes; the weights and optimizer
+        state are the same on every rank (DDP), so rank 0's copy is everyone's."""
         t0 = time.perf_counter()
         a = self.args
+        rngs = self.ranks.gather(rng_states())
+        if not self.ranks.is_main:
+            return 0.0
         state = TrainingState(step=step, data_position=step, seed=a.seed, policy_version=step,
                               examples_per_step=a.batch_size // a.rollouts_per_example,
                               dataset_size=len(self.env.dataset))
         path = save_checkpoint(self.checkpoints_dir, self.accelerator.unwrap_model(self.model), self.optimizer,
-                               self.scheduler, state, pending, a.keep_last)
+                               self.scheduler, state, pending, a.keep_last, rng_per_rank=rngs)
         self.console.info(f"saved checkpoint {path}")
         return time.perf_counter() - t0
 
@@ -149,50 +192,42 @@ class RLTrainer:
         (trained only with mask_env_responses = false). Recomputing "old" at each iteration would make every
         ratio 1 and the clip/mask bounds meaningless. entropy, mismatch_kl and kl describe the policy before
         this step's first update; loss, grad_norm and the clip fractions are means over the iterations.
+
+        Several processes: every rank builds the same TrainBatch and loss weights from the whole batch (the
+        global token count), then runs only its micro-batches (Ranks.mine). Each rank's loss is its share of the
+        one-process loss, sum over ranks = the one-process loss, so the one-process gradient is the SUM of the
+        ranks' gradients. DDP all-reduces the MEAN (sum / world_size), hence the backward of world_size * loss:
+        mean over ranks of world_size * grad_r = sum over ranks of grad_r = the one-process gradient. The DDP
+        all-reduce runs on each rank's last micro-batch only (no_sync before), once per optimizer update.
         """
         a = self.args
         device = self.accelerator.device
+        world = self.ranks.world_size
         tb, rewards = make_train_batch(batch.rollouts, a, self.pad_id)
         weights = loss_weights(tb.loss_mask, a.loss_normalization, a.max_tokens)  # whole-batch normalization
         num_loss_tokens = int(tb.loss_mask.sum())
-        starts = range(0, len(tb), a.micro_batch_size)
-        fixed: list[tuple[torch.Tensor, torch.Tensor | None]] = []  # per micro-batch: (old, reference) logprobs
+        starts = list(range(0, len(tb), a.micro_batch_size))
+        mine = self.ranks.mine(len(starts))  # every micro-batch with one process
+        fixed: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}  # per micro-batch: (old, reference) logprobs
         m = dict.fromkeys(["loss", "grad_norm", "low", "high", "entropy", "mismatch_kl", "kl"], 0.0)
         sampled_tokens = 0.0
         self.model.train()
         for it in range(a.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
-            for k, start in enumerate(starts):
-                mb = tb.slice(start, start + a.micro_batch_size)
-                ids, attn, mask = mb.input_ids.to(device), mb.attention_mask.to(device), mb.loss_mask.to(device)
-                logprobs, entropy = sequence_logprobs_and_entropy(
-                    self.model, ids, attn, a.temperature, mask > 0, a.logprob_chunk_size, with_entropy=it == 0)
-                if it == 0:
-                    sampled = mb.sampled_mask.to(device) & (mask > 0)
-                    old = torch.where(sampled, mb.sampling_logprobs.to(device), logprobs.detach())
-                    ref = (self.reference.logprobs(ids, attn, a.temperature, mask > 0, a.logprob_chunk_size)
-                           if a.beta > 0 else None)
-                    fixed.append((old, ref))
-                    m["entropy"] += float((entropy * mask).sum())
-                    m["mismatch_kl"] += float((mismatch_kl(logprobs.detach(), old) * sampled).sum())
-                    sampled_tokens += float(sampled.sum())
-                old, ref = fixed[k]
-                pl = policy_loss(a.loss_type, logprobs, old, mb.advantages.to(device), mask, a)
-                per_token = pl.per_token
-                if ref is not None:
-                    kl = kl_penalty(logprobs, ref)
-                    per_token = per_token + a.beta * kl
-                    if it == 0:
-                        m["kl"] += float((kl.detach() * mask).sum())
-                loss = (per_token * weights[start : start + a.micro_batch_size].to(device)).sum()
-                if loss.requires_grad:  # a micro-batch without loss tokens has nothing to backpropagate
-                    self.accelerator.backward(loss)
-                m["loss"] += float(loss.detach())
-                m["low"] += float((pl.low & (mask > 0)).sum())
-                m["high"] += float((pl.high & (mask > 0)).sum())
+            for k in mine:
+                start = starts[k]
+                synced = k == mine[-1]  # DDP all-reduces the gradients in this backward
+                with contextlib.nullcontext() if synced else self.accelerator.no_sync(self.model):
+                    sampled_tokens += self.micro_step(tb.slice(start, start + a.micro_batch_size),
+                                                      weights[start : start + a.micro_batch_size], it, k,
+                                                      fixed, m, synced and world > 1)
             m["grad_norm"] += float(self.accelerator.clip_grad_norm_(self.model.parameters(), a.max_grad_norm))
             self.optimizer.step()
         self.scheduler.step()
+        # per-rank sums -> batch sums (grad_norm is already the same on every rank: gradients are all-reduced)
+        summed = self.ranks.sum({k: v for k, v in m.items() if k != "grad_norm"} | {"sampled": sampled_tokens})
+        sampled_tokens = summed.pop("sampled")
+        m |= summed
         n_tok, n_it = max(num_loss_tokens, 1), a.num_iterations
         out = {
             "loss": m["loss"] / n_it,
@@ -213,10 +248,66 @@ class RLTrainer:
             out[f"reward/{name}"] = sum(r.metrics.get(name, 0.0) for r in batch.rollouts) / len(batch.rollouts)
         return out
 
+    def micro_step(self, mb, weights: torch.Tensor, it: int, k: int, fixed: dict, m: dict[str, float],
+                   must_backward: bool) -> float:
+        """Forward and backward of micro-batch k (weights: its rows of the whole-batch loss weights). Adds its sums
+        to `m`; returns its sampled-token count (0 after the first iteration). `must_backward`: this backward is
+        the one DDP all-reduces in, so it runs even without loss tokens (every rank must join)."""
+        a = self.args
+        device = self.accelerator.device
+        sampled_tokens = 0.0
+        ids, attn, mask = mb.input_ids.to(device), mb.attention_mask.to(device), mb.loss_mask.to(device)
+        logprobs, entropy = sequence_logprobs_and_entropy(
+            self.model, ids, attn, a.temperature, mask > 0, a.logprob_chunk_size, with_entropy=it == 0)
+        if it == 0:
+            sampled = mb.sampled_mask.to(device) & (mask > 0)
+            old = torch.where(sampled, mb.sampling_logprobs.to(device), logprobs.detach())
+            ref = (self.reference.logprobs(ids, attn, a.temperature, mask > 0, a.logprob_chunk_size)
+                   if a.beta > 0 else None)
+            fixed[k] = (old, ref)
+            m["entropy"] += float((entropy * mask).sum())
+            m["mismatch_kl"] += float((mismatch_kl(logprobs.detach(), old) * sampled).sum())
+            sampled_tokens = float(sampled.sum())
+        old, ref = fixed[k]
+        pl = policy_loss(a.loss_type, logprobs, old, mb.advantages.to(device), mask, a)
+        per_token = pl.per_token
+        if ref is not None:
+            kl = kl_penalty(logprobs, ref)
+            per_token = per_token + a.beta * kl
+            if it == 0:
+                m["kl"] += float((kl.detach() * mask).sum())
+        loss = (per_token * weights.to(device)).sum()
+        backward = loss * self.ranks.world_size  # DDP averages over ranks; see train_step
+        if not loss.requires_grad and must_backward:  # no loss tokens, so no forward ran: a zero-gradient one
+            full, _ = sequence_logprobs_and_entropy(self.model, ids, attn, a.temperature, None,
+                                                    a.logprob_chunk_size, with_entropy=False)
+            backward = 0.0 * full.sum()
+        if backward.requires_grad:  # a micro-batch without loss tokens has nothing to backpropagate
+            self.accelerator.backward(backward)
+        m["loss"] += float(loss.detach())
+        m["low"] += float((pl.low & (mask > 0)).sum())
+        m["high"] += float((pl.high & (mask > 0)).sum())
+        return sampled_tokens
+
     # ---- the loop ----
     def train(self) -> None:
+        if not self.ranks.is_main:
+            return self._follow()
         (self.run_dir / "trainer.pid").write_text(str(os.getpid()))
         asyncio.run(self._train())
+
+    def _follow(self) -> None:
+        """Ranks > 0: rank 0's loop without vLLM and without writing: receive the batch, train, wait for the sync.
+        Each collective here has its twin, in the same order, in _train."""
+        a = self.args
+        for step in range(self.start_step, a.max_steps):
+            batch = self.ranks.share(None)
+            if self.save_due(step):
+                self.save(step, None)
+            self.train_step(batch)
+            self.ranks.barrier()  # rank 0 pushes policy step+1 into vLLM meanwhile
+        if a.save_strategy == "steps" and a.max_steps > self.start_step:
+            self.save(a.max_steps, None)
 
     async def _train(self) -> None:
         from openai import AsyncOpenAI
@@ -245,8 +336,10 @@ class RLTrainer:
                 raise RuntimeError(f"batch {step} came from policy {batch.policy_version}: more than one step stale")
             if step + 1 < a.max_steps:
                 next_batch = asyncio.create_task(orch.generate(step + 1, model_name, version))
+            if self.ranks.active:  # the other ranks wait in _follow for this batch
+                await asyncio.to_thread(self.ranks.share, batch)
             save_s = 0.0
-            if a.save_strategy == "steps" and step % a.save_steps == 0 and step > self.start_step:
+            if self.save_due(step):
                 save_s = await asyncio.to_thread(self.save, step, batch)
             train_start = time.time()
             stats = await asyncio.to_thread(self.train_step, batch)
@@ -260,6 +353,8 @@ class RLTrainer:
                 await asyncio.wait([next_batch])  # full weights: batch step+1 ends on the policy it started on
                 wait_s += time.time() - t_drain  # idle on generation, like waiting for the batch
             model_name, sync_s = await asyncio.to_thread(self.sync.push, model, version)
+            if self.ranks.active:  # no rank starts step+1 before policy step+1 is served
+                await asyncio.to_thread(self.ranks.barrier)
             if is_eval_step(a, version):
                 evaluation = self.start_eval(orch, model_name, version)
             record = {
