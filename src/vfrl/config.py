@@ -163,11 +163,16 @@ class TrainerConfig(Strict):
         "ddp", description=f"With several trainer GPUs: `accelerate launch --config-file` this. One of "
         f"{', '.join(ACCELERATE_CONFIGS)} (bundled) or a path to your own accelerate YAML.")
     args: TrainerArgs = Field(default_factory=TrainerArgs)
+    # ---- trainer processes (multi-process trainer: trainer/distributed.py) ----
+    processes: int | None = Field(
+        None, ge=1, description="Trainer processes. Left out: one per trainer GPU (one on the CPU). With GPUs it "
+        "must equal trainer.gpus; on the CPU (no GPU in use) N > 1 runs N data-parallel CPU processes (gloo), "
+        "e.g. to test multi-process training on a laptop.")
 
     @property
-    def processes(self) -> int:
-        """Trainer processes (one per GPU; one on the CPU)."""
-        return max(1, self.gpus)
+    def num_processes(self) -> int:
+        """Trainer processes: `processes`, else one per GPU (one on the CPU)."""
+        return self.processes or max(1, self.gpus)
 
 
 def vllm_lora_ranks() -> list[int]:
@@ -198,12 +203,12 @@ class RLConfig(Strict):
         """Rules that join keys of different tables. GPU presence is checked at launch, not here, so that
         configs written for a GPU machine still validate on a laptop."""
         a, problems = self.args, []
-        per_step = a.micro_batch_size * self.trainer.processes
+        per_step = a.micro_batch_size * self.trainer.num_processes
         if a.batch_size % per_step:
             step = math.lcm(per_step, a.rollouts_per_example)
             problems.append(("trainer.args.batch_size", a.batch_size,
                              f"must be a multiple of trainer.args.micro_batch_size x trainer processes "
-                             f"({a.micro_batch_size} x {self.trainer.processes} = {per_step}), "
+                             f"({a.micro_batch_size} x {self.trainer.num_processes} = {per_step}), "
                              f"{_multiples_near(a.batch_size, step)}"))
         if a.use_lora:
             ranks = vllm_lora_ranks()
@@ -216,6 +221,10 @@ class RLConfig(Strict):
                 problems.append(("inference.args.max_lora_rank", served,
                                  f"must be a vLLM max LoRA rank >= trainer.args.lora_rank ({a.lora_rank}): "
                                  f"{allowed}; or leave it out and vf-rl picks one"))
+        if self.trainer.processes is not None and self.trainer.gpus and self.trainer.processes != self.trainer.gpus:
+            problems.append(("trainer.processes", self.trainer.processes,
+                             f"must equal trainer.gpus ({self.trainer.gpus}), one process per trainer GPU; leave it "
+                             f"out, or set trainer.gpus = 0 for CPU processes"))
         tp = self.inference.args.get("tensor_parallel_size", 1)
         if self.inference.gpus and isinstance(tp, int) and tp >= 1:
             if self.inference.gpus % tp:

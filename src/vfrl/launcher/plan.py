@@ -172,12 +172,20 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
         tr_env["CUDA_VISIBLE_DEVICES"] = ""
         tr_env["OMP_NUM_THREADS"] = str(trainer_threads)
     inf_cmd = [console_script("vf-vllm"), "@", str(config_file), "--pid-file", str(run_dir / "inference.pid")]
-    processes = max(1, len(tr_dev))
-    if processes > 1:
+    processes = len(tr_dev) or cfg.trainer.processes or 1  # trainer GPUs, else trainer.processes CPU processes
+    if processes > 1 and tr_dev:
         # the vf-train console script is a Python file: accelerate runs it in each process
         tr_cmd = [console_script("accelerate"), "launch", "--config-file",
                   str(accelerate_config_file(cfg.trainer.accelerate_config, workdir)),
                   "--num-processes", str(processes), console_script("vf-train"), "@", str(config_file)]
+    elif processes > 1:
+        # CPU processes (trainer.processes): accelerate's torchrun launcher (its --cpu flag would need mpirun);
+        # ACCELERATE_USE_CPU makes each process a CPU rank on gloo; port 0: a free rendezvous port
+        tr_env["ACCELERATE_USE_CPU"] = "true"
+        tr_env["OMP_NUM_THREADS"] = str(max(1, int(tr_env.get("OMP_NUM_THREADS", machine.cpus)) // processes))
+        tr_cmd = [console_script("accelerate"), "launch", "--multi-gpu", "--num-processes", str(processes),
+                  "--num-machines", "1", "--mixed-precision", "no", "--dynamo-backend", "no",
+                  "--main-process-port", "0", console_script("vf-train"), "@", str(config_file)]
     else:
         tr_cmd = [console_script("vf-train"), "@", str(config_file)]
     logs = run_dir / "logs"
@@ -233,7 +241,8 @@ def render_plan(plan: Plan, workdir: Path, machine: Machine, socket_name: str | 
                    f"{'es' * (plan.trainer_processes > 1)})")
     else:
         devices = (f"no GPU in use: inference on cores {plan.inference.env['VLLM_CPU_OMP_THREADS_BIND']}, "
-                   f"trainer with {plan.trainer.env['OMP_NUM_THREADS']} thread(s)")
+                   f"trainer with {plan.trainer.env['OMP_NUM_THREADS']} thread(s)"
+                   + (f" x {plan.trainer_processes} processes" if plan.trainer_processes > 1 else ""))
     out = [
         f"machine:        {machine.gpus} GPU(s), {machine.cpus} CPU core(s)",
         f"devices:        {devices}",
