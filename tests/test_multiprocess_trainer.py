@@ -118,20 +118,21 @@ def test_vf_rl_with_two_cpu_trainer_processes(tmp_path, tiny_model):
     data = tomllib.loads(cfg.read_text())
     data["trainer"] |= {"gpus": 0, "processes": 2}
     cfg.write_text(tomli_w.dumps(data))
+    vf_rl = [str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", socket_name]
+    run_dir = tmp_path / "outputs" / "test"
     try:
-        proc = subprocess.run([str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", socket_name],
-                              capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        proc = subprocess.run(vf_rl, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        first = [r for r in read_metrics(run_dir) if "loss" in r]
+        trainer_log = (run_dir / "logs" / "trainer.log").read_text()  # both logs grow on resume
+        server_log = (run_dir / "logs" / "inference.log").read_text()
+        resumed = subprocess.run([*vf_rl, "--resume", "2"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     finally:
         subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True)
-    run_dir = tmp_path / "outputs" / "test"
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert (run_dir / "trainer.exitcode").read_text().strip() == "0"
-    trainer_log = (run_dir / "logs" / "trainer.log").read_text()
     assert "--num-processes 2" in (run_dir / "trainer.sh").read_text()
     assert trainer_log.count("step 3/3") == 1, trainer_log[-3000:]  # one console, rank 0's
-    m = [r for r in read_metrics(run_dir) if "loss" in r]
-    assert [r["step"] for r in m] == [1, 2, 3]  # one line per step, written once
-    server_log = (run_dir / "logs" / "inference.log").read_text()
+    assert [r["step"] for r in first] == [1, 2, 3]  # one line per step, written once
     for version in range(4):  # policy-0 (base) and one per step, each pushed exactly once
         assert server_log.count(f"Loaded new LoRA adapter: name 'policy-{version}'") == 1, version
     # generation once per step: one request per rollout (reverse-text is single-turn), 8 a step, by rank 0 only
@@ -140,6 +141,14 @@ def test_vf_rl_with_two_cpu_trainer_processes(tmp_path, tiny_model):
     rollouts = [json.loads(line) for line in (run_dir / "rollouts" / "step_3.jsonl").read_text().splitlines()]
     assert len(rollouts) == 8
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step-2", "step-3"]
+    # resume from step 2 with 2 processes: step 3 trains the checkpoint's pending batch on the restored weights
+    # and optimizer state on both ranks, with the same shards and the same 2-term gloo sums: the very same loss
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    again = [r for r in read_metrics(run_dir) if "loss" in r]
+    assert [r["step"] for r in again] == [1, 2, 3] and again[2].get("resumed_from") == 2
+    assert (again[2]["loss"], again[2]["grad_norm"]) == (first[2]["loss"], first[2]["grad_norm"])
+    left = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True).stdout.split()
+    assert left == [], f"processes still running for the run (a trainer rank?): {left}"
 
 
 # ---------- the worker: `python this_file OUT MODEL`, under `accelerate launch` or alone ----------
