@@ -201,7 +201,6 @@ class RLTrainer:
         all-reduce runs on each rank's last micro-batch only (no_sync before), once per optimizer update.
         """
         a = self.args
-        device = self.accelerator.device
         world = self.ranks.world_size
         tb, rewards = make_train_batch(batch.rollouts, a, self.pad_id)
         weights = loss_weights(tb.loss_mask, a.loss_normalization, a.max_tokens)  # whole-batch normalization
