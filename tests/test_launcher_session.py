@@ -161,3 +161,15 @@ def test_a_process_is_named_by_pid_and_start_time_so_a_reused_pid_is_never_signa
     impostor = procs.Proc(os.getpid(), start=next(iter(me)).start + 1)  # same pid, another process
     assert procs.alive({impostor}) == set()
     procs.signal_all({impostor}, 9)  # must not kill this test
+
+
+def test_status_trusts_the_trainer_exit_code_file_when_tmux_has_no_status_yet(tmp_path):
+    from vfrl.launcher.lifecycle import describe_pane
+
+    dead_no_status = tmux.PaneState("%1", 123, True, None)  # pty closed, SIGCHLD not yet seen by tmux
+    assert describe_pane(dead_no_status) == "exited"
+    assert describe_pane(tmux.PaneState("%1", 123, False, None), tmp_path / "trainer.exitcode") == "running"
+    (tmp_path / "trainer.exitcode").write_text("130\n")
+    assert describe_pane(dead_no_status, tmp_path / "trainer.exitcode") == "exited 130"
+    assert describe_pane(None, tmp_path / "trainer.exitcode") == "exited 130"
+    assert describe_pane(tmux.PaneState("%1", 123, True, 1)) == "exited 1"

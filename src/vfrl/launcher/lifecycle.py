@@ -75,19 +75,26 @@ def last_metrics(run_dir: Path) -> dict | None:
         return json.loads(lines[-2]) if len(lines) > 1 else None
 
 
-def describe_pane(state: tmux.PaneState | None) -> str:
+def describe_pane(state: tmux.PaneState | None, exit_code_file: Path | None = None) -> str:
+    """tmux can report a pane dead (its pty closed) a moment before it knows the exit status; the
+    trainer's own record (trainer.exitcode, written by the pane script) is the authority when present."""
+    if exit_code_file is not None and exit_code_file.is_file() and (code := exit_code_file.read_text().strip()):
+        if state is None or state.dead:
+            return f"exited {code}"
     if state is None:
         return "gone"
-    return f"exited {state.exit_status}" if state.dead else "running"
+    if not state.dead:
+        return "running"
+    return f"exited {state.exit_status}" if state.exit_status is not None else "exited"
 
 
 def status_line(srv: libtmux.Server, session: str, run_dir: Path) -> str:
-    trainer = tmux.pane_state(srv, session, "trainer")
-    inference = tmux.pane_state(srv, session, "inference")
+    trainer = describe_pane(tmux.pane_state(srv, session, "trainer"), run_dir / "trainer.exitcode")
+    inference = describe_pane(tmux.pane_state(srv, session, "inference"))
     m = last_metrics(run_dir)
     progress = (f"step {m['step']}/{m['max_steps']}, reward {m['reward_mean']:.3f}" if m
                 else "no step yet")
-    return (f"{session}: trainer {describe_pane(trainer)}, inference {describe_pane(inference)}, {progress} "
+    return (f"{session}: trainer {trainer}, inference {inference}, {progress} "
             f"| {run_dir}")
 
 
