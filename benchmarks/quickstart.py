@@ -35,6 +35,14 @@ def run_once() -> tuple[str, Path]:
     return row, run_dir
 
 
+def write_section(path: Path, section: str) -> None:
+    """Replace this benchmark's own `## Quick start` section of docs/benchmarks.md; other sections stay."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
+    head, sep, rest = text.partition("## Quick start")
+    tail = rest[rest.find("\n## "):] if sep and "\n## " in rest else ""
+    path.write_text((head if sep else text.rstrip("\n") + "\n\n") + section.rstrip("\n") + "\n" + tail)
+
+
 def main() -> None:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 2
     results = [run_once() for _ in range(runs)]
@@ -46,13 +54,14 @@ def main() -> None:
         f"## Quick start (`configs/rl/quickstart.toml`)\n\n"
         f"Command: `.venv/bin/python benchmarks/quickstart.py {runs}` (runs `vf-rl @ configs/rl/quickstart.toml --no-attach` "
         f"{runs} times, one row each)\n\n"
-        f"Machine: {machine}. Measured {time.strftime('%Y-%m-%d')}.\n\n"
+        f"Machine: {machine}. Measured {time.strftime('%Y-%m-%d')}; load average before the runs "
+        f"{os.getloadavg()[0]:.1f}.\n\n"
         f"| steps | wall time (launch to exit) | mean step time | reward, first 5 steps | reward, last 5 steps | gain |\n"
         f"|---|---|---|---|---|---|\n"
         + "".join(row for row, _ in results)
         + "\nCurves of the last run:\n\n![quick start curves](quickstart_curves.png)\n"
     )
-    (ROOT / "docs" / "benchmarks.md").write_text("# Benchmarks\n\n" + report)
+    write_section(ROOT / "docs" / "benchmarks.md", report)
     print(report)
 
 
