@@ -68,7 +68,7 @@ def test_mismatch_watch_absolute_threshold():
 
 
 def test_mismatch_watch_jump_versus_running_median():
-    watch = MismatchWatch(warn_at=0.1, jump=10)
+    watch = MismatchWatch(warn_at=0.1, jump=10, min_history=4)
     for v in (0.002, 0.003, 0.0025, 0.002):
         assert watch.check(v) is None
     reason = watch.check(0.05)  # 20x the median 0.00225, below the absolute threshold
@@ -80,6 +80,15 @@ def test_mismatch_watch_ignores_noise_at_fp32_parity_level():
     watch = MismatchWatch(warn_at=0.1, jump=10)
     for v in (1e-9, 2e-9, 1e-9, 5e-8, 1e-7, 9e-4):  # 1e4x the median, but far below warn_at / 100
         assert watch.check(v) is None
+
+
+def test_mismatch_watch_waits_for_history_before_calling_jumps():
+    """The quick start's mismatch_kl over its first 12 steps (lr warm-up: one step of policy change
+    grows from 1e-9 to 0.02) is no incident; a later 30x jump is."""
+    watch = MismatchWatch(warn_at=0.1, jump=10)
+    warmup = (3e-9, 2e-8, 8e-4, 3.1e-3, 8.8e-3, 1.74e-2, 2.13e-2, 4.9e-3, 5.9e-3, 2.23e-2, 6.7e-3, 6.3e-3)
+    assert [watch.check(v) for v in warmup] == [None] * len(warmup)
+    assert "jumped to 0.09" in watch.check(0.09)
 
 
 def test_resume_sets_later_metrics_aside(tmp_path):
@@ -181,12 +190,12 @@ def test_trainer_log_flags_a_mismatch_jump_in_metrics_console_and_wandb(tiny_mod
                 answer="cba", prompt_ids=[1], completion_ids=[2], completion_logprobs=[-0.1], completion_mask=[1],
                 policy="policy-0", reward=1.0)
     batch = Batch(step=0, policy_version=0, rollouts=[r], example_ids=[1])
-    for step, kl in enumerate((2e-3, 3e-3, 2e-3, 2.5e-3, 0.06), start=1):
+    for step, kl in enumerate((2e-3, 3e-3, 2e-3, 2.5e-3) * 2 + (2e-3, 3e-3, 0.06), start=1):
         trainer.log(step, record(step, mismatch_kl=kl), batch)
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert [x["mismatch_kl_alert"] for x in lines] == [0, 0, 0, 0, 1]
+    assert [x["mismatch_kl_alert"] for x in lines] == [0] * 10 + [1]
     out = capsys.readouterr().out
-    assert "!!! WARNING: step 5: mismatch_kl jumped to 0.06" in out
-    assert sink.alerts == ["mismatch_kl at step 5"] and [x["step"] for x in sink.logged] == [1, 2, 3, 4, 5]
-    assert sink.tables == [2, 4] and out.count("sample completions") == 2
-    assert (tmp_path / "run" / "rollouts" / "step_5.jsonl").exists()
+    assert "!!! WARNING: step 11: mismatch_kl jumped to 0.06" in out
+    assert sink.alerts == ["mismatch_kl at step 11"] and [x["step"] for x in sink.logged] == list(range(1, 12))
+    assert sink.tables == [2, 4, 6, 8, 10] and out.count("sample completions") == 5
+    assert (tmp_path / "run" / "rollouts" / "step_11.jsonl").exists()
