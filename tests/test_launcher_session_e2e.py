@@ -134,6 +134,9 @@ def test_ctrl_c_in_the_trainer_pane_stops_both_processes(two_runs, socket_name):
     assert left == set(), procs.describe(left)
     print(f"Ctrl-C to no process left: {time.time() - t0:.1f}s")
     assert (run_dir / "trainer.exitcode").read_text().strip() == "130"
+    trainer_log = (run_dir / "logs" / "trainer.log").read_text()  # a clean stop, not a traceback
+    assert "interrupted; the adapters in the run directory are complete" in trainer_log
+    assert "Traceback" not in trainer_log and "never retrieved" not in trainer_log
     assert_port_free(run_dir)
     assert_adapters_intact(run_dir)
     # the panes stay (remain-on-exit) so their last lines can be read; stop just closes the session

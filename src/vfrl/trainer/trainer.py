@@ -59,6 +59,15 @@ def wait_for_server(base_url: str, timeout: float, inference_pid_file: Path | No
         time.sleep(1)
 
 
+def _quiet_about_cancelled(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    """Ctrl-C cancels every task at once; a gather of in-flight requests then ends with a
+    CancelledError nobody is left to retrieve. That is the expected shutdown, not an error worth
+    80 lines of traceback in trainer.log; anything else goes to asyncio's default handler."""
+    if isinstance(context.get("exception"), asyncio.CancelledError):
+        return
+    loop.default_exception_handler(context)
+
+
 class RLTrainer:
     def __init__(self, config: RLConfig, run_dir: Path, base_url: str, api_key: str):
         from accelerate import Accelerator
@@ -293,7 +302,9 @@ class RLTrainer:
         if not self.ranks.is_main:
             return self._follow()
         (self.run_dir / "trainer.pid").write_text(str(os.getpid()))
-        asyncio.run(self._train())
+        with asyncio.Runner() as runner:
+            runner.get_loop().set_exception_handler(_quiet_about_cancelled)
+            runner.run(self._train())
 
     def _follow(self) -> None:
         """Ranks > 0: rank 0's loop without vLLM and without writing: receive the batch, train, wait for the sync.
