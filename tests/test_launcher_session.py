@@ -173,3 +173,20 @@ def test_status_trusts_the_trainer_exit_code_file_when_tmux_has_no_status_yet(tm
     assert describe_pane(dead_no_status, tmp_path / "trainer.exitcode") == "exited 130"
     assert describe_pane(None, tmp_path / "trainer.exitcode") == "exited 130"
     assert describe_pane(tmux.PaneState("%1", 123, True, 1)) == "exited 1"
+
+
+def test_epilogue_kills_a_server_that_ignores_sigterm_with_its_children(tmp_path):
+    """A vLLM that does not stop within the grace: its whole tree (engine, workers) gets SIGKILL, no orphans."""
+    server = subprocess.Popen(["bash", "-c", "trap '' TERM; sleep 300 & sleep 300 & wait"], start_new_session=True)
+    time.sleep(0.5)
+    kids = [int(p) for p in subprocess.run(["pgrep", "-P", str(server.pid)], capture_output=True,
+                                           text=True).stdout.split()]
+    assert len(kids) == 2
+    (tmp_path / "inference.pid").write_text(str(server.pid))
+    script = "\n".join(["code=130", *trainer_epilogue(tmp_path, grace_s=1)]) + "\n"
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    assert "trainer exited with code 130" in out.stdout
+    assert server.wait(timeout=10) == -9
+    time.sleep(0.2)
+    assert not [k for k in kids if procs.pid_alive(k)]
+    assert (tmp_path / "trainer.exitcode").read_text().strip() == "130"

@@ -218,14 +218,20 @@ def pane_script(pane: PanePlan, run_dir: Path, workdir: Path, after: list[str] =
 
 
 def trainer_epilogue(run_dir: Path, grace_s: int = 30) -> list[str]:
-    """After the trainer: record its exit code (atomically), then stop the inference server and wait for it."""
+    """After the trainer: record its exit code (atomically), then stop the inference server and wait for it.
+
+    vLLM shuts its engine and workers down on SIGTERM; if it has not within `grace_s` (seen on a loaded
+    machine), the server and every process under it get SIGKILL together: killing only the server left
+    its VLLM::Worker orphaned (clean-clone CI), holding the inference pane open.
+    """
     q = lambda p: shlex.quote(str(run_dir / p))  # noqa: E731
     return [
         f"echo $code > {q('trainer.exitcode.tmp')} && mv {q('trainer.exitcode.tmp')} {q('trainer.exitcode')}",
+        'tree() { echo "$1"; for c in $(pgrep -P "$1" 2>/dev/null); do tree "$c"; done; }',
         f"pid=$(cat {q('inference.pid')} 2>/dev/null)",
         'if [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; then',
         f'  for _ in $(seq {grace_s * 2}); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done',
-        '  kill -KILL "$pid" 2>/dev/null',
+        '  kill -0 "$pid" 2>/dev/null && kill -KILL $(tree "$pid") 2>/dev/null',
         "fi",
         f"rm -f {q('.api_key')}",
         'echo "vf-rl: trainer exited with code $code; inference server stopped."',
