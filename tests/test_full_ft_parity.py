@@ -117,6 +117,13 @@ def test_vllm_logprobs_match_trainer_after_full_weight_sync(vllm_server, sync, t
     assert sorted(p.name for p in (tmp / "weights").iterdir()) == ["step-1", "step-2"]
 
 
+def running_requests(base_url: str) -> float:
+    """vLLM's own gauge of requests being generated (Prometheus /metrics, no key needed)."""
+    text = httpx.get(base_url.removesuffix("/v1") + "/metrics", timeout=5).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("vllm:num_requests_running"))
+
+
 @pytest.mark.e2e
 def test_requests_in_flight_during_a_sync_finish_on_the_old_weights(vllm_server, sync, tiny_model):
     base_url, tmp = vllm_server
@@ -126,7 +133,9 @@ def test_requests_in_flight_during_a_sync_finish_on_the_old_weights(vllm_server,
     pushed_at = {}
 
     def push_soon():
-        time.sleep(0.5)  # the long requests below are running by now
+        deadline = time.time() + 60
+        while time.time() < deadline and running_requests(base_url) < 1:  # the long requests below have started
+            time.sleep(0.02)
         pushed_at["start"] = time.time()
         sync.push(new, 11)
         pushed_at["end"] = time.time()
