@@ -72,6 +72,14 @@ def draw_step_time(ax, rows):
 PANELS = {"reward": draw_reward, "loss": draw_loss, "kl": draw_kl, "step_time": draw_step_time}
 
 
+def _draw_panel(ax, draw, rows: list[dict]) -> None:
+    draw(ax, rows)
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+
+
 def plot_run(run_dir: Path, out: Path | None = None) -> list[Path]:
     """Write the combined figure (`out`, default RUN_DIR/curves.png) and RUN_DIR/plots/<panel>.png."""
     import matplotlib
@@ -83,11 +91,7 @@ def plot_run(run_dir: Path, out: Path | None = None) -> list[Path]:
     out = out or run_dir / "curves.png"
     fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 3.6))
     for ax, draw in zip(axes, PANELS.values()):
-        draw(ax, rows)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend()
+        _draw_panel(ax, draw, rows)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -95,11 +99,7 @@ def plot_run(run_dir: Path, out: Path | None = None) -> list[Path]:
     (run_dir / "plots").mkdir(exist_ok=True)
     for name, draw in PANELS.items():
         fig, ax = plt.subplots(figsize=(5, 3.6))
-        draw(ax, rows)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend()
+        _draw_panel(ax, draw, rows)
         fig.tight_layout()
         fig.savefig(run_dir / "plots" / f"{name}.png", dpi=110)
         plt.close(fig)

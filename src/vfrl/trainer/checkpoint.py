@@ -72,19 +72,12 @@ def latest_checkpoint(checkpoints_dir: Path) -> Path | None:
 def _fsync_tree(root: Path) -> None:
     for dirpath, _, files in os.walk(root):
         for name in files:
-            _fsync_file(Path(dirpath) / name)
-        _fsync_dir(Path(dirpath))
+            _fsync(Path(dirpath) / name)
+        _fsync(Path(dirpath))
 
 
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
+def _fsync(path: Path) -> None:
+    """Flush a file's data, or a directory's entries, to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -151,8 +144,8 @@ def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, state: T
     _fsync_tree(tmp)  # every file is on disk before the marker says so
     marker = tmp / MARKER
     marker.write_text(f"step {state.step}\n")
-    _fsync_file(marker)
-    _fsync_dir(tmp)
+    _fsync(marker)
+    _fsync(tmp)
     if final.exists():  # redoing a step after resuming from an earlier checkpoint
         old = checkpoints_dir / f".{final.name}.old"
         shutil.rmtree(old, ignore_errors=True)
@@ -161,7 +154,7 @@ def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, state: T
         shutil.rmtree(old)
     else:
         tmp.rename(final)
-    _fsync_dir(checkpoints_dir)
+    _fsync(checkpoints_dir)
     if keep_last:
         for old in list_checkpoints(checkpoints_dir)[:-keep_last]:
             shutil.rmtree(old)
