@@ -1,6 +1,9 @@
+import os
+import signal
 import socket
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -42,6 +45,43 @@ def write_config(path: Path, model: Path, port: int, output_dir: Path, **trainer
     return path
 
 
+@contextmanager
+def vf_vllm(config: Path, port: int, api_key: str, log: Path):
+    """A real `vf-vllm @ config` (its own process group) until the block ends; yields the base URL."""
+    from vfrl.trainer.trainer import wait_for_server
+
+    pid_file = log.with_name(log.stem + ".pid")
+    with open(log, "w") as out:
+        proc = subprocess.Popen([str(BIN / "vf-vllm"), "@", str(config), "--pid-file", str(pid_file)],
+                                env={**os.environ, "VFRL_API_KEY": api_key, "CUDA_VISIBLE_DEVICES": ""},
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_for_server(f"http://127.0.0.1:{port}/v1", timeout=300, inference_pid_file=pid_file)
+            yield f"http://127.0.0.1:{port}/v1"
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def max_logprob_gap(model, rollouts) -> float:
+    """Largest |trainer - vLLM| logprob over every sampled token of `rollouts`."""
+    import torch
+
+    from vfrl.trainer.logprobs import sequence_logprobs
+
+    worst = 0.0
+    for r in rollouts:
+        ids = torch.tensor([r.prompt_ids + r.completion_ids])
+        with torch.no_grad():
+            lp = sequence_logprobs(model, ids, torch.ones_like(ids))[0, len(r.prompt_ids) - 1 :]
+        worst = max(worst, (lp - torch.tensor(r.completion_logprobs)).abs().max().item())
+    return worst
+
+
 class SharedServer:
     """A real vLLM CPU server (vf-vllm) serving the tiny model, shared by every test of the session."""
 
@@ -55,29 +95,12 @@ class SharedServer:
 def shared_vllm_server(tmp_path_factory, tiny_model):
     """One vf-vllm for the session: fp32, max_model_len 1024 (the tiny model's position limit; its
     tokenizer spends one token per character), API key `SharedServer.api_key`."""
-    import os
-    import signal
-
-    from vfrl.trainer.trainer import wait_for_server
-
     tmp = tmp_path_factory.mktemp("shared-server")
     port = free_port()
     (tmp / "config.toml").write_text(tomli_w.dumps({
         "model": str(tiny_model), "env": {"id": "reverse-text"},
         "inference": {"port": port, "args": {"dtype": "float32", "max_model_len": 1024, "enforce_eager": True}},
     }))
-    env = {**os.environ, "VFRL_API_KEY": SharedServer.api_key, "CUDA_VISIBLE_DEVICES": ""}
     log = tmp / "server.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([str(BIN / "vf-vllm"), "@", str(tmp / "config.toml"), "--pid-file", str(tmp / "pid")],
-                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        wait_for_server(f"http://127.0.0.1:{port}/v1", timeout=300, inference_pid_file=tmp / "pid")
-        yield SharedServer(f"http://127.0.0.1:{port}/v1", str(tiny_model), log)
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    with vf_vllm(tmp / "config.toml", port, SharedServer.api_key, log) as base_url:
+        yield SharedServer(base_url, str(tiny_model), log)

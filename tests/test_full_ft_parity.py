@@ -3,8 +3,6 @@
 
 import asyncio
 import json
-import os
-import signal
 import subprocess
 import threading
 import time
@@ -13,8 +11,7 @@ import httpx
 import pytest
 import torch
 
-from conftest import BIN, free_port, write_config
-from vfrl.trainer.trainer import wait_for_server
+from conftest import BIN, free_port, max_logprob_gap, vf_vllm, write_config
 
 API_KEY = "test-key"
 
@@ -24,20 +21,8 @@ def vllm_server(tmp_path_factory, tiny_model):
     tmp = tmp_path_factory.mktemp("full-ft-server")
     port = free_port()
     cfg = write_config(tmp / "config.toml", tiny_model, port=port, output_dir=tmp, use_lora=False)
-    env = {**os.environ, "VFRL_API_KEY": API_KEY, "CUDA_VISIBLE_DEVICES": ""}
-    log = open(tmp / "server.log", "w")
-    proc = subprocess.Popen([str(BIN / "vf-vllm"), "@", str(cfg)], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    try:
-        wait_for_server(f"http://127.0.0.1:{port}/v1", timeout=300)
-        yield f"http://127.0.0.1:{port}/v1", tmp
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
+    with vf_vllm(cfg, port, API_KEY, tmp / "server.log") as base_url:
+        yield base_url, tmp
 
 
 @pytest.fixture(scope="module")
@@ -80,18 +65,6 @@ def sample(base_url, model_name, n=8, **sampling):
         ))
 
     return asyncio.run(run())
-
-
-def max_logprob_gap(model, rollouts) -> float:
-    from vfrl.trainer.logprobs import sequence_logprobs
-
-    worst = 0.0
-    for r in rollouts:
-        ids = torch.tensor([r.prompt_ids + r.completion_ids])
-        with torch.no_grad():
-            lp = sequence_logprobs(model, ids, torch.ones_like(ids))[0, len(r.prompt_ids) - 1 :]
-        worst = max(worst, (lp - torch.tensor(r.completion_logprobs)).abs().max().item())
-    return worst
 
 
 @pytest.mark.e2e

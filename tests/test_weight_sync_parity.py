@@ -1,14 +1,11 @@
 """After an adapter sync, vLLM's logprobs of the tokens it sampled equal the trainer's (fp32, CPU)."""
 
 import asyncio
-import os
-import subprocess
 
 import pytest
 import torch
 
-from conftest import BIN, free_port, write_config
-from vfrl.trainer.trainer import wait_for_server
+from conftest import free_port, max_logprob_gap, vf_vllm, write_config
 
 pytestmark = pytest.mark.e2e
 
@@ -20,15 +17,8 @@ def vllm_server(tmp_path_factory, tiny_model):
     tmp = tmp_path_factory.mktemp("server")
     port = free_port()
     cfg = write_config(tmp / "config.toml", tiny_model, port=port, output_dir=tmp)
-    env = {**os.environ, "VFRL_API_KEY": API_KEY, "CUDA_VISIBLE_DEVICES": ""}
-    log = open(tmp / "server.log", "w")
-    proc = subprocess.Popen([str(BIN / "vf-vllm"), "@", str(cfg)], env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_for_server(f"http://127.0.0.1:{port}/v1", timeout=300)
-        yield f"http://127.0.0.1:{port}/v1", tmp
-    finally:
-        proc.terminate()
-        proc.wait(60)
+    with vf_vllm(cfg, port, API_KEY, tmp / "server.log") as base_url:
+        yield base_url, tmp
 
 
 def trained_like_adapter(model_dir, seed: int):
@@ -50,7 +40,6 @@ def test_vllm_logprobs_match_trainer_after_sync(vllm_server, tiny_model):
     from openai import AsyncOpenAI
 
     from vfrl import load_environment
-    from vfrl.trainer.logprobs import sequence_logprobs
     from vfrl.trainer.weight_sync import AdapterSync
 
     base_url, tmp = vllm_server
@@ -71,12 +60,7 @@ def test_vllm_logprobs_match_trainer_after_sync(vllm_server, tiny_model):
             ))
 
         rollouts = asyncio.run(sample())
-        worst = 0.0
-        for r in rollouts:
-            ids = torch.tensor([r.prompt_ids + r.completion_ids])
-            with torch.no_grad():
-                lp = sequence_logprobs(model, ids, torch.ones_like(ids))[0, len(r.prompt_ids) - 1 :]
-            worst = max(worst, (lp - torch.tensor(r.completion_logprobs)).abs().max().item())
+        worst = max_logprob_gap(model, rollouts)
         assert worst < 1e-4, f"policy-{version}: max |vLLM - trainer| logprob = {worst:.2e}"
         first = rollouts[0].completion_logprobs
         if base_logprobs is not None:
