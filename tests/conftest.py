@@ -51,6 +51,7 @@ def vf_vllm(config: Path, port: int, api_key: str, log: Path):
     from vfrl.trainer.trainer import wait_for_server
 
     pid_file = log.with_name(log.stem + ".pid")
+    pid_file.unlink(missing_ok=True)  # a stale one names a dead server: wait_for_server would give up at once
     with open(log, "w") as out:
         proc = subprocess.Popen([str(BIN / "vf-vllm"), "@", str(config), "--pid-file", str(pid_file)],
                                 env={**os.environ, "VFRL_API_KEY": api_key, "CUDA_VISIBLE_DEVICES": ""},

@@ -4,11 +4,13 @@
 import asyncio
 import json
 import subprocess
-import threading
 import time
+import tomllib
+from types import SimpleNamespace
 
 import httpx
 import pytest
+import tomli_w
 import torch
 
 from conftest import BIN, free_port, max_logprob_gap, vf_vllm, write_config
@@ -21,6 +23,9 @@ def vllm_server(tmp_path_factory, tiny_model):
     tmp = tmp_path_factory.mktemp("full-ft-server")
     port = free_port()
     cfg = write_config(tmp / "config.toml", tiny_model, port=port, output_dir=tmp, use_lora=False)
+    settings = tomllib.loads(cfg.read_text())
+    settings["inference"]["args"]["max_model_len"] = 1024  # room for the long in-flight requests below
+    cfg.write_text(tomli_w.dumps(settings))
     with vf_vllm(cfg, port, API_KEY, tmp / "server.log") as base_url:
         yield base_url, tmp
 
@@ -90,11 +95,51 @@ def test_vllm_logprobs_match_trainer_after_full_weight_sync(vllm_server, sync, t
     assert sorted(p.name for p in (tmp / "weights").iterdir()) == ["step-1", "step-2"]
 
 
-def running_requests(base_url: str) -> float:
-    """vLLM's own gauge of requests being generated (Prometheus /metrics, no key needed)."""
-    text = httpx.get(base_url.removesuffix("/v1") + "/metrics", timeout=5).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("vllm:num_requests_running"))
+def long_requests_with_a_sync_midway(base_url, model_name, push, n=4, max_tokens=900):
+    """Stream n long chat requests; once every one has its first token (so vLLM is running all of them),
+    start `push` in a thread. Returns the rollouts (token ids and sampling logprobs, as vLLM streamed them)
+    and, per request, how many tokens arrived after the push began."""
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(base_url=base_url, api_key=API_KEY)
+    started = asyncio.Event()
+    running = 0
+    push_began = {}
+
+    async def one(i):
+        nonlocal running
+        r = SimpleNamespace(prompt_ids=[], completion_ids=[], completion_logprobs=[], after_push=0)
+        stream = await client.chat.completions.create(
+            model=model_name, messages=[{"role": "user", "content": f"reverse: request {i} of a sync test"}],
+            max_tokens=max_tokens, temperature=1.0, seed=i, logprobs=True, stream=True,
+            extra_body={"return_token_ids": True, "ignore_eos": True})
+        async for chunk in stream:
+            r.prompt_ids = r.prompt_ids or list(getattr(chunk, "prompt_token_ids", None) or [])
+            for choice in chunk.choices:
+                ids = getattr(choice, "token_ids", None) or []
+                if not ids:
+                    continue
+                if not r.completion_ids:
+                    running += 1
+                    if running == n:
+                        started.set()
+                r.completion_ids += ids
+                r.completion_logprobs += [t.logprob for t in choice.logprobs.content]
+                r.after_push += len(ids) if push_began else 0
+        return r
+
+    async def push_once_all_run():
+        await started.wait()
+        push_began["at"] = time.time()
+        await asyncio.to_thread(push)
+
+    async def run():
+        pusher = asyncio.create_task(push_once_all_run())
+        rollouts = await asyncio.gather(*(one(i) for i in range(n)))
+        await asyncio.wait_for(pusher, timeout=300)
+        return rollouts
+
+    return asyncio.run(run())
 
 
 @pytest.mark.e2e
@@ -103,24 +148,12 @@ def test_requests_in_flight_during_a_sync_finish_on_the_old_weights(vllm_server,
     old = perturbed(load(tiny_model), seed=10)
     sync.push(old, 10)
     new = perturbed(load(tiny_model), seed=11)
-    pushed_at = {}
-
-    def push_soon():
-        deadline = time.time() + 0.5  # the long requests below have started (vLLM's gauge), or had 0.5 s to
-        while time.time() < deadline and running_requests(base_url) < 1:
-            time.sleep(0.02)
-        pushed_at["start"] = time.time()
-        sync.push(new, 11)
-        pushed_at["end"] = time.time()
-
-    pusher = threading.Thread(target=push_soon)
-    pusher.start()
-    long = sample(base_url, str(tiny_model), n=4, max_tokens=200, ignore_eos=True)
-    finished = time.time()
-    pusher.join()
-    if finished <= pushed_at["start"]:  # a fast, idle machine: nothing was in flight to check
-        pytest.skip("the 200-token requests ended before the sync began; nothing in flight to check")
-    assert all(len(r.completion_ids) == 200 for r in long)
+    long = long_requests_with_a_sync_midway(base_url, str(tiny_model), lambda: sync.push(new, 11))
+    assert sync.loaded_version() == 11
+    assert all(len(r.completion_ids) == 900 for r in long)
+    # 900 decode steps take seconds, the push starts at the first token of the last request: each one was
+    # still generating when the sync began
+    assert all(r.after_push > 0 for r in long), [r.after_push for r in long]
     assert max_logprob_gap(old, long) < 1e-4  # every token of every in-flight request: old weights
     assert max_logprob_gap(new, sample(base_url, str(tiny_model))) < 1e-4  # later requests: new weights
     assert sorted(p.name for p in (tmp / "weights").iterdir()) == ["step-10", "step-11"]  # keep the last 2

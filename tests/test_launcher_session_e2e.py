@@ -52,6 +52,8 @@ def wait_for_a_step(run_dir: Path, timeout: float = 400) -> None:
 
 
 def run_processes(socket_name: str, session: str, run_dir: Path) -> set[int]:
+    assert not (run_dir / "trainer.exitcode").exists(), \
+        f"the run ended on its own: {(run_dir / 'logs' / 'trainer.log').read_text()[-2000:]}"
     srv = tmux.server(socket_name)
     leaders = [tmux.pane_state(srv, session, role).pid for role in ("inference", "trainer", "metrics")]
     found = procs.pane_processes(leaders)
@@ -79,32 +81,28 @@ def assert_adapters_intact(run_dir: Path) -> None:
         assert load_file(d / "adapter_model.safetensors")
 
 
-@pytest.fixture(scope="module")
-def two_runs(tmp_path_factory, tiny_model, socket_name):
-    """Two real runs started side by side (one vLLM start-up of wall time instead of two):
-    "test" plainly, and "ctrlc" with --replace over a running vf-rl session of that name."""
-    tmp = tmp_path_factory.mktemp("runs")
-    (tmp / "a").mkdir(), (tmp / "b").mkdir(), (tmp / "old").mkdir()
-    _, old_pids = fake_run(tmp / "old", socket_name, "ctrlc")
-    runs = {}
-    for session, sub, extra in (("test", "a", []), ("ctrlc", "b", ["--session", "ctrlc", "--replace"])):
-        cfg = write_config(tmp / sub / "cfg.toml", tiny_model, port=0, output_dir=tmp / sub / "outputs", max_steps=1000)
-        started = vf_rl("@", str(cfg), "--detach", "--tmux-socket", socket_name, *extra, cwd=tmp / sub)
-        assert started.returncode == 0, started.stderr
-        runs[session] = (cfg, tmp / sub / "outputs" / "test")
-    for _, run_dir in runs.values():
-        wait_for_a_step(run_dir)
-    return runs, old_pids
+def start_run(tmp: Path, tiny_model: Path, socket_name: str, *extra: str) -> tuple[Path, Path]:
+    """A real `vf-rl @ cfg --detach` that trains until stopped, once it has logged a step.
+
+    One run at a time: two vLLMs and two trainers on 2 cores starved the second vLLM's start-up past
+    every timeout (its first request waited minutes), and a run with a step budget could end before
+    the test looked at it (a step takes ~0.3 s on an idle machine)."""
+    cfg = write_config(tmp / "cfg.toml", tiny_model, port=0, output_dir=tmp / "outputs", max_steps=1_000_000)
+    started = vf_rl("@", str(cfg), "--detach", "--tmux-socket", socket_name, *extra, cwd=tmp)
+    assert started.returncode == 0, started.stderr
+    run_dir = tmp / "outputs" / "test"
+    wait_for_a_step(run_dir)
+    return cfg, run_dir
 
 
-def test_vf_rl_stop_ends_a_real_run_and_leaves_no_process(two_runs, socket_name):
-    cfg, run_dir = two_runs[0]["test"]
+def test_vf_rl_stop_ends_a_real_run_and_leaves_no_process(tmp_path, tiny_model, socket_name):
+    cfg, run_dir = start_run(tmp_path, tiny_model, socket_name)
     pids = run_processes(socket_name, "test", run_dir)
     again = vf_rl("@", str(cfg), "--detach", "--tmux-socket", socket_name, cwd=cfg.parent)
     assert again.returncode == 2 and "already running" in again.stderr
     assert procs.alive(pids) == pids
-    assert vf_rl("status", "--tmux-socket", socket_name, cwd=cfg.parent).stdout.count(
-        ": trainer running, inference running, step ") == 2
+    status = vf_rl("status", "--tmux-socket", socket_name, cwd=cfg.parent).stdout
+    assert "test: trainer running, inference running, step " in status, status
 
     t0 = time.time()
     stopped = vf_rl("stop", "test", "--tmux-socket", socket_name, cwd=cfg.parent)
@@ -123,13 +121,23 @@ def test_vf_rl_stop_ends_a_real_run_and_leaves_no_process(two_runs, socket_name)
     print(f"vf-rl stop took {time.time() - t0:.1f}s")
 
 
-def test_replace_stopped_the_old_session_first(two_runs):
-    _, old_pids = two_runs
+@pytest.fixture(scope="module")
+def ctrlc_run(tmp_path_factory, tiny_model, socket_name):
+    """A real run started with --replace over a running vf-rl session of the same name."""
+    tmp = tmp_path_factory.mktemp("runs")
+    (tmp / "new").mkdir(), (tmp / "old").mkdir()
+    _, old_pids = fake_run(tmp / "old", socket_name, "ctrlc")
+    cfg, run_dir = start_run(tmp / "new", tiny_model, socket_name, "--session", "ctrlc", "--replace")
+    return cfg, run_dir, old_pids
+
+
+def test_replace_stopped_the_old_session_first(ctrlc_run):
+    *_, old_pids = ctrlc_run
     assert procs.alive(old_pids) == set()
 
 
-def test_ctrl_c_in_the_trainer_pane_stops_both_processes(two_runs, socket_name):
-    cfg, run_dir = two_runs[0]["ctrlc"]
+def test_ctrl_c_in_the_trainer_pane_stops_both_processes(ctrlc_run, socket_name):
+    cfg, run_dir, _ = ctrlc_run
     pids = run_processes(socket_name, "ctrlc", run_dir)
     srv = tmux.server(socket_name)
     subprocess.run(["tmux", "-L", socket_name, "send-keys", "-t", tmux.pane_state(srv, "ctrlc", "trainer").pane_id,
