@@ -13,7 +13,7 @@ import pytest
 from conftest import write_config
 from vfrl.launcher import procs, tmux
 from vfrl.launcher.config_errors import load_user_config
-from vfrl.launcher.plan import Machine, make_plan, pane_script, trainer_epilogue
+from vfrl.launcher.plan import Machine, inference_epilogue, make_plan, pane_script, trainer_epilogue
 
 VF_RL = str(Path(sys.executable).parent / "vf-rl")
 
@@ -35,7 +35,7 @@ def fake_run(tmp_path: Path, socket_name: str, session: str, stubborn: bool = Fa
                             else ["bash", "-c", "echo training; exec sleep 600"])
     (run_dir / "logs").mkdir(parents=True)
     (run_dir / ".api_key").write_text("k")
-    plan.inference.script.write_text(pane_script(plan.inference, run_dir, tmp_path))
+    plan.inference.script.write_text(pane_script(plan.inference, run_dir, tmp_path, inference_epilogue(run_dir)))
     plan.trainer.script.write_text(pane_script(plan.trainer, run_dir, tmp_path, trainer_epilogue(run_dir, grace_s=5)))
     srv = tmux.server(socket_name)
     tmux.start_session(srv, plan, tmp_path)
@@ -87,6 +87,7 @@ def test_stop_takes_the_ctrl_c_path_and_leaves_no_process(tmp_path, socket_name)
     assert "SIGKILL" not in res.stdout  # the clean path was enough
     assert procs.alive(pids) == set()
     assert (run_dir / "trainer.exitcode").read_text().strip() == "130"
+    assert (run_dir / "inference.exitcode").read_text().strip() == "143"  # SIGTERM from the trainer's epilogue
     assert not (run_dir / ".api_key").exists()
     assert not tmux.session_exists(tmux.server(socket_name), "test")
     assert vf_rl("stop", "--tmux-socket", socket_name).stderr.startswith("vf-rl: error: no vf-rl session is running")

@@ -25,7 +25,8 @@ from vfrl.launcher import lifecycle, tmux
 from vfrl.launcher.config_errors import ConfigError, load_user_config
 from vfrl.launcher.overrides import parse_overrides
 from vfrl.launcher.plan import (
-    PlanError, detect_machine, environment_problem, make_plan, model_problem, pane_script, render_plan, trainer_epilogue,
+    PlanError, detect_machine, environment_problem, inference_epilogue, make_plan, model_problem, pane_script,
+    render_plan, trainer_epilogue,
 )
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.split("\n\n")[0],
@@ -164,7 +165,7 @@ def run(
     key_file = run_dir / ".api_key"
     key_file.touch(mode=0o600)
     key_file.write_text(secrets.token_urlsafe(24))
-    plan.inference.script.write_text(pane_script(plan.inference, run_dir, workdir))
+    plan.inference.script.write_text(pane_script(plan.inference, run_dir, workdir, inference_epilogue(run_dir)))
     plan.trainer.script.write_text(pane_script(plan.trainer, run_dir, workdir, trainer_epilogue(run_dir)))
     tmux.start_session(srv, plan, workdir)
     typer.echo(f"vf-rl: run directory {run_dir}")

@@ -76,8 +76,8 @@ def last_metrics(run_dir: Path) -> dict | None:
 
 
 def describe_pane(state: tmux.PaneState | None, exit_code_file: Path | None = None) -> str:
-    """tmux can report a pane dead (its pty closed) a moment before it knows the exit status; the
-    trainer's own record (trainer.exitcode, written by the pane script) is the authority when present."""
+    """tmux can report a pane dead (its pty closed) a moment before it knows the exit status; the pane
+    script's own record (`<role>.exitcode`, see plan.record_exit_code) is the authority when present."""
     if exit_code_file is not None and exit_code_file.is_file() and (code := exit_code_file.read_text().strip()):
         if state is None or state.dead:
             return f"exited {code}"
@@ -90,7 +90,7 @@ def describe_pane(state: tmux.PaneState | None, exit_code_file: Path | None = No
 
 def status_line(srv: libtmux.Server, session: str, run_dir: Path) -> str:
     trainer = describe_pane(tmux.pane_state(srv, session, "trainer"), run_dir / "trainer.exitcode")
-    inference = describe_pane(tmux.pane_state(srv, session, "inference"))
+    inference = describe_pane(tmux.pane_state(srv, session, "inference"), run_dir / "inference.exitcode")
     m = last_metrics(run_dir)
     progress = (f"step {m['step']}/{m['max_steps']}, reward {m['reward_mean']:.3f}" if m
                 else "no step yet")

@@ -217,6 +217,17 @@ def pane_script(pane: PanePlan, run_dir: Path, workdir: Path, after: list[str] =
     return "\n".join(lines) + "\n"
 
 
+def record_exit_code(run_dir: Path, role: str) -> str:
+    """The pane's command's exit code into `<role>.exitcode`, atomically: tmux may report a pane dead a
+    moment before it knows the exit status, so `vf-rl status` reads this record first."""
+    tmp, final = (shlex.quote(str(run_dir / f"{role}.exitcode{suffix}")) for suffix in (".tmp", ""))
+    return f"echo $code > {tmp} && mv {tmp} {final}"
+
+
+def inference_epilogue(run_dir: Path) -> list[str]:
+    return [record_exit_code(run_dir, "inference")]
+
+
 def trainer_epilogue(run_dir: Path, grace_s: int = 30) -> list[str]:
     """After the trainer: record its exit code (atomically), then stop the inference server and wait for it.
 
@@ -226,7 +237,7 @@ def trainer_epilogue(run_dir: Path, grace_s: int = 30) -> list[str]:
     """
     q = lambda p: shlex.quote(str(run_dir / p))  # noqa: E731
     return [
-        f"echo $code > {q('trainer.exitcode.tmp')} && mv {q('trainer.exitcode.tmp')} {q('trainer.exitcode')}",
+        record_exit_code(run_dir, "trainer"),
         'tree() { echo "$1"; for c in $(pgrep -P "$1" 2>/dev/null); do tree "$c"; done; }',
         f"pid=$(cat {q('inference.pid')} 2>/dev/null)",
         'if [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; then',
@@ -257,7 +268,7 @@ def render_plan(plan: Plan, workdir: Path, machine: Machine, socket_name: str | 
         f"vLLM endpoint:  http://{plan.config.inference.host}:{plan.config.inference.port}/v1"
         + (" (port 0: a free port is picked at launch)" if plan.config.inference.port == 0 else ""),
     ]
-    for pane, after in ((plan.inference, []), (plan.trainer, trainer_epilogue(plan.run_dir))):
+    for pane, after in ((plan.inference, inference_epilogue(plan.run_dir)), (plan.trainer, trainer_epilogue(plan.run_dir))):
         out += ["", f"--- pane {pane.title}: {pane.script} ---", pane_script(pane, plan.run_dir, workdir, after).rstrip()]
     out += ["", f"--- pane {plan.metrics.title} (under the trainer): {shlex.join(plan.metrics.command)}"]
     return "\n".join(out)

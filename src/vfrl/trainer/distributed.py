@@ -69,3 +69,11 @@ class Ranks:
     def barrier(self) -> None:
         if self.active:
             dist.barrier()
+
+    def close(self) -> None:
+        """Every rank is done: take the process group down together. A rank that exits with it still up can
+        abort in gloo's teardown ("terminate called without an active exception", seen in CI on rank 1)."""
+        if self.active:
+            dist.barrier()
+            dist.destroy_process_group()
+            self.active = False

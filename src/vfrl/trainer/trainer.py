@@ -299,12 +299,14 @@ class RLTrainer:
 
     # ---- the loop ----
     def train(self) -> None:
-        if not self.ranks.is_main:
-            return self._follow()
-        (self.run_dir / "trainer.pid").write_text(str(os.getpid()))
-        with asyncio.Runner() as runner:
-            runner.get_loop().set_exception_handler(_quiet_about_cancelled)
-            runner.run(self._train())
+        if self.ranks.is_main:
+            (self.run_dir / "trainer.pid").write_text(str(os.getpid()))
+            with asyncio.Runner() as runner:
+                runner.get_loop().set_exception_handler(_quiet_about_cancelled)
+                runner.run(self._train())
+        else:
+            self._follow()
+        self.ranks.close()
 
     def _follow(self) -> None:
         """Ranks > 0: rank 0's loop without vLLM and without writing: receive the batch, train, wait for the sync.
