@@ -25,13 +25,20 @@ def socket_name(tmp_path):
     subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
 
 
-def fake_run(tmp_path: Path, socket_name: str, session: str, stubborn: bool = False) -> tuple[Path, set[int]]:
-    """A vf-rl session whose panes run `sleep` instead of vLLM and the trainer (same scripts, same epilogue)."""
+def fake_run(tmp_path: Path, socket_name: str, session: str, stubborn: bool = False,
+             finishing: bool = False) -> tuple[Path, set[int]]:
+    """A vf-rl session whose panes run `sleep` instead of vLLM and the trainer (same scripts, same epilogue).
+    stubborn: the trainer ignores Ctrl-C. finishing: the trainer ends by itself after 2 s and the server
+    takes 4 s to stop on SIGTERM, so the trainer pane's epilogue runs for a while."""
     cfg = load_user_config(write_config(tmp_path / "cfg.toml", Path("m"), 0, tmp_path / "outputs"))
     run_dir = tmp_path / "outputs" / session
     plan = make_plan(cfg, run_dir, session, Machine(0, 2), tmp_path)
     plan.inference.command = ["bash", "-c", f"echo $$ > {run_dir}/inference.pid; echo serving; exec sleep 600"]
+    if finishing:
+        plan.inference.command = ["bash", "-c", f"echo $$ > {run_dir}/inference.pid; echo serving; "
+                                                "trap 'sleep 4; exit 0' TERM; while :; do sleep 0.1; done"]
     plan.trainer.command = (["bash", "-c", "trap '' INT TERM; echo training; sleep 600 & wait; sleep 600"] if stubborn
+                            else ["bash", "-c", "echo training; sleep 2"] if finishing
                             else ["bash", "-c", "echo training; exec sleep 600"])
     (run_dir / "logs").mkdir(parents=True)
     (run_dir / ".api_key").write_text("k")
@@ -102,6 +109,24 @@ def test_stop_ends_a_trainer_that_ignores_ctrl_c(tmp_path, socket_name):
     # the pane script still recorded how it died (SIGKILL, or SIGPIPE once its tee was gone)
     assert int((run_dir / "trainer.exitcode").read_text()) > 128
     assert not tmux.session_exists(tmux.server(socket_name), "test")
+
+
+def test_stop_after_the_trainer_finished_lets_its_epilogue_run(tmp_path, socket_name):
+    """The `vf-rl @ cfg` foreground path: the trainer's exit code is on disk while its pane still stops the
+    server. stop must not Ctrl-C into that epilogue, and no API key may be left behind."""
+    run_dir, pids = fake_run(tmp_path, socket_name, "test", finishing=True)
+    deadline = time.time() + 20
+    while not (run_dir / "trainer.exitcode").exists():
+        assert time.time() < deadline
+        time.sleep(0.1)
+    res = vf_rl("stop", "--tmux-socket", socket_name)
+    assert res.returncode == 0, res.stderr
+    assert "the trainer has exited; its pane is stopping the inference server" in res.stdout, res.stdout
+    assert "Ctrl-C" not in res.stdout and "leftover" not in res.stdout and "terminating" not in res.stdout
+    assert "stopped 'test' (trainer exit code 0)" in res.stdout, res.stdout
+    assert (run_dir / "inference.exitcode").read_text().strip() == "0"  # the server stopped on its own terms
+    assert procs.alive(pids) == set()
+    assert not (run_dir / ".api_key").exists()
 
 
 def test_replace_refuses_a_session_vf_rl_did_not_start(tmp_path, socket_name):

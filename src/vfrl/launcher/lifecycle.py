@@ -2,7 +2,8 @@
 
 Stopping takes the path of a Ctrl-C in the trainer pane: the trainer gets SIGINT, finishes or drops
 its step (adapters are written atomically, so the last one on disk is whole), its pane script
-records the exit code and stops the inference server. Whatever is still alive after that (a stuck
+records the exit code and stops the inference server (a trainer that already exited gets no Ctrl-C:
+its pane is left to finish that). Whatever is still alive after that (a stuck
 process, a child that escaped) gets SIGTERM, then SIGKILL; then the tmux session is closed.
 """
 
@@ -31,7 +32,8 @@ def wait_dead(srv: libtmux.Server, session: str, role: str, timeout: float) -> b
 def stop_run(srv: libtmux.Server, session: str, trainer_grace: float = 60, grace: float = 30,
              echo: Callable[[str], None] = print) -> set[procs.Proc]:
     """Stop every pane of a vf-rl session and close it. Returns the processes that needed SIGKILL (ideally none)."""
-    run_dir = Path(tmux.option(srv, session, tmux.RUN_DIR_OPTION) or "")
+    run_dir_option = tmux.option(srv, session, tmux.RUN_DIR_OPTION)
+    run_dir = Path(run_dir_option or "")
     panes = {role: tmux.pane_state(srv, session, role) for role in tmux.PANE_OPTION}
 
     def processes(*roles: str) -> set[procs.Proc]:
@@ -42,7 +44,12 @@ def stop_run(srv: libtmux.Server, session: str, trainer_grace: float = 60, grace
     everything = processes(*tmux.PANE_OPTION)
     killed: set[procs.Proc] = set()
     trainer = panes["trainer"]
-    if trainer and not trainer.dead:
+    trainer_done = bool(run_dir_option) and (run_dir / "trainer.exitcode").exists()
+    if trainer and not trainer.dead and trainer_done:
+        # the trainer has exited and its pane script is stopping the server: no Ctrl-C into that epilogue
+        echo(f"vf-rl: '{session}': the trainer has exited; its pane is stopping the inference server")
+        wait_dead(srv, session, "trainer", grace + 15)
+    elif trainer and not trainer.dead:
         echo(f"vf-rl: stopping '{session}': Ctrl-C to the trainer (waits up to {trainer_grace:.0f}s for its step)")
         tmux.send_ctrl_c(srv, trainer.pane_id)
         if not wait_dead(srv, session, "trainer", trainer_grace):
@@ -61,6 +68,8 @@ def stop_run(srv: libtmux.Server, session: str, trainer_grace: float = 60, grace
         echo(f"vf-rl: terminating {len(left)} leftover process(es) of the run: {procs.describe(left)}")
         killed |= procs.terminate(left, grace=5)
     tmux.kill_session(srv, session)
+    if run_dir_option:  # the panes read the API key at start; with them gone, no secret stays on disk
+        (run_dir / ".api_key").unlink(missing_ok=True)
     return killed
 
 

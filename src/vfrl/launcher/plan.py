@@ -238,13 +238,13 @@ def trainer_epilogue(run_dir: Path, grace_s: int = 30) -> list[str]:
     q = lambda p: shlex.quote(str(run_dir / p))  # noqa: E731
     return [
         record_exit_code(run_dir, "trainer"),
+        f"rm -f {q('.api_key')}  # both panes read it at start",
         'tree() { echo "$1"; for c in $(pgrep -P "$1" 2>/dev/null); do tree "$c"; done; }',
         f"pid=$(cat {q('inference.pid')} 2>/dev/null)",
         'if [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; then',
         f'  for _ in $(seq {grace_s * 2}); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done',
         '  kill -0 "$pid" 2>/dev/null && kill -KILL $(tree "$pid") 2>/dev/null',
         "fi",
-        f"rm -f {q('.api_key')}",
         'echo "vf-rl: trainer exited with code $code; inference server stopped."',
     ]
 
