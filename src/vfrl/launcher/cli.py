@@ -25,8 +25,8 @@ from vfrl.launcher import lifecycle, tmux
 from vfrl.launcher.config_errors import ConfigError, load_user_config
 from vfrl.launcher.overrides import parse_overrides
 from vfrl.launcher.plan import (
-    PlanError, detect_machine, environment_problem, inference_epilogue, make_plan, model_problem, pane_script,
-    render_plan, trainer_epilogue,
+    PlanError, detect_machine, environment_problem, exit_code_file, inference_epilogue, make_plan, model_problem,
+    pane_script, render_plan, trainer_epilogue,
 )
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.split("\n\n")[0],
@@ -213,7 +213,8 @@ def stop(
     srv = tmux.server(tmux_socket)
     name, run_dir = pick_session(srv, session, tmux_socket)
     killed = lifecycle.stop_run(srv, name, trainer_grace=timeout, echo=typer.echo)
-    code = (run_dir / "trainer.exitcode").read_text().strip() if (run_dir / "trainer.exitcode").exists() else "?"
+    exit_file = exit_code_file(run_dir, "trainer")
+    code = exit_file.read_text().strip() if exit_file.exists() else "?"
     typer.echo(f"vf-rl: stopped '{name}' (trainer exit code {code}"
                + (f"; {len(killed)} process(es) needed SIGKILL" if killed else "") + f"); run directory {run_dir}")
 
@@ -286,7 +287,7 @@ def plot(
 
 def wait_for_trainer(srv, session_name: str, run_dir: Path) -> int:
     """Stream the trainer log until it exits; then stop the run (the `vf-rl stop` path) and return its code."""
-    exit_file = run_dir / "trainer.exitcode"
+    exit_file = exit_code_file(run_dir, "trainer")
     code = 1
     try:
         lifecycle.follow(run_dir / "logs" / "trainer.log", 0,

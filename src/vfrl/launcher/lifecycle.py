@@ -17,6 +17,7 @@ from typing import Callable
 import libtmux
 
 from vfrl.launcher import procs, tmux
+from vfrl.launcher.plan import exit_code_file
 
 
 def wait_dead(srv: libtmux.Server, session: str, role: str, timeout: float) -> bool:
@@ -44,7 +45,7 @@ def stop_run(srv: libtmux.Server, session: str, trainer_grace: float = 60, grace
     everything = processes(*tmux.PANE_OPTION)
     killed: set[procs.Proc] = set()
     trainer = panes["trainer"]
-    trainer_done = bool(run_dir_option) and (run_dir / "trainer.exitcode").exists()
+    trainer_done = bool(run_dir_option) and exit_code_file(run_dir, "trainer").exists()
     if trainer and not trainer.dead and trainer_done:
         # the trainer has exited and its pane script is stopping the server: no Ctrl-C into that epilogue
         echo(f"vf-rl: '{session}': the trainer has exited; its pane is stopping the inference server")
@@ -86,7 +87,7 @@ def last_metrics(run_dir: Path) -> dict | None:
 
 def describe_pane(state: tmux.PaneState | None, exit_code_file: Path | None = None) -> str:
     """tmux can report a pane dead (its pty closed) a moment before it knows the exit status; the pane
-    script's own record (`<role>.exitcode`, see plan.record_exit_code) is the authority when present."""
+    script's own record (plan.exit_code_file) is the authority when present."""
     if exit_code_file is not None and exit_code_file.is_file() and (code := exit_code_file.read_text().strip()):
         if state is None or state.dead:
             return f"exited {code}"
@@ -98,8 +99,8 @@ def describe_pane(state: tmux.PaneState | None, exit_code_file: Path | None = No
 
 
 def status_line(srv: libtmux.Server, session: str, run_dir: Path) -> str:
-    trainer = describe_pane(tmux.pane_state(srv, session, "trainer"), run_dir / "trainer.exitcode")
-    inference = describe_pane(tmux.pane_state(srv, session, "inference"), run_dir / "inference.exitcode")
+    trainer = describe_pane(tmux.pane_state(srv, session, "trainer"), exit_code_file(run_dir, "trainer"))
+    inference = describe_pane(tmux.pane_state(srv, session, "inference"), exit_code_file(run_dir, "inference"))
     m = last_metrics(run_dir)
     progress = (f"step {m['step']}/{m['max_steps']}, reward {m['reward_mean']:.3f}" if m
                 else "no step yet")
@@ -108,7 +109,7 @@ def status_line(srv: libtmux.Server, session: str, run_dir: Path) -> str:
 
 
 def run_ended(run_dir: Path, pane: str) -> bool:
-    if not (run_dir / "trainer.exitcode").exists():
+    if not exit_code_file(run_dir, "trainer").exists():
         return False
     if pane == "inference" and (pid_file := run_dir / "inference.pid").is_file():
         return not procs.pid_alive(int(pid_file.read_text() or 0))

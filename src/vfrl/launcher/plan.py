@@ -217,10 +217,16 @@ def pane_script(pane: PanePlan, run_dir: Path, workdir: Path, after: list[str] =
     return "\n".join(lines) + "\n"
 
 
+def exit_code_file(run_dir: Path, role: str) -> Path:
+    """Where the `role` pane ("trainer", "inference") records its command's exit code."""
+    return run_dir / f"{role}.exitcode"
+
+
 def record_exit_code(run_dir: Path, role: str) -> str:
-    """The pane's command's exit code into `<role>.exitcode`, atomically: tmux may report a pane dead a
+    """The pane's command's exit code into exit_code_file, atomically: tmux may report a pane dead a
     moment before it knows the exit status, so `vf-rl status` reads this record first."""
-    tmp, final = (shlex.quote(str(run_dir / f"{role}.exitcode{suffix}")) for suffix in (".tmp", ""))
+    final = exit_code_file(run_dir, role)
+    tmp, final = shlex.quote(f"{final}.tmp"), shlex.quote(str(final))
     return f"echo $code > {tmp} && mv {tmp} {final}"
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from vfrl.launcher.plan import exit_code_file
+
 
 class ResumeError(ValueError):
     pass
@@ -56,7 +58,7 @@ def prepare_run_dir(run_dir: Path) -> None:
     old = run_dir / "config.toml"
     if old.exists():
         old.rename(run_dir / f"config.before-resume-{time.strftime('%Y%m%d-%H%M%S')}.toml")
-    (run_dir / "trainer.exitcode").unlink(missing_ok=True)
+    exit_code_file(run_dir, "trainer").unlink(missing_ok=True)
 
 
 def with_resume_default(argv: list[str]) -> list[str]:

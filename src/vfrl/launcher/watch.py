@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from vfrl.launcher.plan import exit_code_file
+
 HEADER = f"{'step':>9}  {'reward':>7}  {'avg10':>7}  {'loss':>8}  {'kl':>8}  {'step s':>6}  {'eta':>8}"
 
 
@@ -30,7 +32,7 @@ def row(rec: dict, recent: list[float], step_s: float | None) -> str:
 
 def watch(run_dir: Path, write: Callable[[str], None] = print, poll: float = 1.0) -> int | None:
     """Print one line per logged step until the trainer exits; returns its exit code (None if unknown)."""
-    metrics, exit_file = run_dir / "metrics.jsonl", run_dir / "trainer.exitcode"
+    metrics, exit_file = run_dir / "metrics.jsonl", exit_code_file(run_dir, "trainer")
     write(f"metrics of {run_dir}")
     write(HEADER)
     seen, rewards, ends = 0, [], []
