@@ -161,6 +161,16 @@ def test_resume_finds_checkpoints(tmp_path):
         find_checkpoint(tmp_path / "outputs" / "other", "latest")
 
 
+def test_a_resumed_run_dir_forgets_the_old_exit_codes_and_keeps_the_old_config(tmp_path):
+    from vfrl.launcher.resume import prepare_run_dir
+
+    for name in ("trainer.exitcode", "inference.exitcode", "config.toml"):
+        (tmp_path / name).write_text("0\n")
+    prepare_run_dir(tmp_path)  # a stale inference code would let `vf-rl status` report the new server exited
+    assert not (tmp_path / "trainer.exitcode").exists() and not (tmp_path / "inference.exitcode").exists()
+    assert [p.read_text() for p in tmp_path.glob("config.before-resume-*.toml")] == ["0\n"]
+
+
 def test_resume_without_checkpoint_is_one_clear_line(tmp_path, tiny_model):
     cfg = write_config(tmp_path / "cfg.toml", tiny_model, port=0, output_dir=tmp_path / "outputs")
     proc = subprocess.run([str(BIN / "vf-rl"), "@", str(cfg), "--resume", "--no-attach", "--tmux-socket",

@@ -54,11 +54,12 @@ def find_checkpoint(base: Path, resume: str) -> tuple[Path, Path]:
 
 
 def prepare_run_dir(run_dir: Path) -> None:
-    """Make an old run dir ready to run again: keep its config, forget its exit code."""
+    """Make an old run dir ready to run again: keep its config, forget its panes' exit codes."""
     old = run_dir / "config.toml"
     if old.exists():
         old.rename(run_dir / f"config.before-resume-{time.strftime('%Y%m%d-%H%M%S')}.toml")
-    exit_code_file(run_dir, "trainer").unlink(missing_ok=True)
+    for role in ("trainer", "inference"):
+        exit_code_file(run_dir, role).unlink(missing_ok=True)
 
 
 def with_resume_default(argv: list[str]) -> list[str]:
