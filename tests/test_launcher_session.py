@@ -3,6 +3,7 @@ status/logs work unattached, stop leaves no process (even a stubborn one), --rep
 The same with the real vLLM server and trainer: test_launcher_session_e2e.py."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ import pytest
 from conftest import write_config
 from vfrl.launcher import procs, tmux
 from vfrl.launcher.config_errors import load_user_config
+from vfrl.launcher.pane_env import environment_file, write_environment
 from vfrl.launcher.plan import Machine, inference_epilogue, make_plan, pane_script, trainer_epilogue
 
 VF_RL = str(Path(sys.executable).parent / "vf-rl")
@@ -26,7 +28,7 @@ def socket_name(tmp_path):
 
 
 def fake_run(tmp_path: Path, socket_name: str, session: str, stubborn: bool = False,
-             finishing: bool = False) -> tuple[Path, set[int]]:
+             finishing: bool = False, environ: dict | None = None) -> tuple[Path, set[int]]:
     """A vf-rl session whose panes run `sleep` instead of vLLM and the trainer (same scripts, same epilogue).
     stubborn: the trainer ignores Ctrl-C. finishing: the trainer ends by itself after 2 s and the server
     takes 4 s to stop on SIGTERM, so the trainer pane's epilogue runs for a while."""
@@ -42,6 +44,7 @@ def fake_run(tmp_path: Path, socket_name: str, session: str, stubborn: bool = Fa
                             else ["bash", "-c", "echo training; exec sleep 600"])
     (run_dir / "logs").mkdir(parents=True)
     (run_dir / ".api_key").write_text("k")
+    write_environment(run_dir, os.environ if environ is None else environ)  # as vf-rl does
     plan.inference.script.write_text(pane_script(plan.inference, run_dir, tmp_path, inference_epilogue(run_dir)))
     plan.trainer.script.write_text(pane_script(plan.trainer, run_dir, tmp_path, trainer_epilogue(run_dir, grace_s=5)))
     srv = tmux.server(socket_name)
@@ -54,7 +57,8 @@ def fake_run(tmp_path: Path, socket_name: str, session: str, stubborn: bool = Fa
     pids = procs.pane_processes(leaders)
     assert len(pids) >= 7, pids  # 2 pane shells, 2 tee, sleep x2 (+ the stubborn bash), vf-rl watch
     marked = procs.pane_processes([], run_dir)  # found by the environment marker alone
-    assert marked == {p for p in pids if p.pid not in leaders[:2]}  # all but the two script shells tmux started
+    # all but the two script shells tmux started (a short-lived `sleep 0.1` may have come or gone meanwhile)
+    assert procs.alive({p for p in pids if p.pid not in leaders[:2]}) <= marked
     return run_dir, pids
 
 
@@ -127,6 +131,25 @@ def test_stop_after_the_trainer_finished_lets_its_epilogue_run(tmp_path, socket_
     assert (run_dir / "inference.exitcode").read_text().strip() == "0"  # the server stopped on its own terms
     assert procs.alive(pids) == set()
     assert not (run_dir / ".api_key").exists()
+
+
+def test_panes_get_vf_rl_s_environment_even_from_a_tmux_server_started_without_it(tmp_path, socket_name):
+    """tmux hands a new session its *server's* environment. With a server already running that lacks a
+    variable, the panes must still see what vf-rl was started with (issue 9: WANDB_MODE never arrived)."""
+    without = {k: v for k, v in os.environ.items() if not k.startswith("VFRL_TEST_")}
+    subprocess.run(["tmux", "-L", socket_name, "new-session", "-d", "-s", "other", "sleep 600"], env=without, check=True)
+    environ = {**os.environ, "VFRL_TEST_SEEN": "it's here; $HOME \"quoted\"", "CUDA_VISIBLE_DEVICES": "7"}
+    run_dir, pids = fake_run(tmp_path, socket_name, "test", environ=environ)
+    env_file = environment_file(run_dir)
+    assert env_file.stat().st_mode & 0o777 == 0o600  # it may hold tokens
+    shell = tmux.pane_state(tmux.server(socket_name), "test", "trainer").pid  # started by tmux: tmux's environment
+    child = int(subprocess.run(["pgrep", "-P", str(shell)], capture_output=True, text=True).stdout.split()[0])
+    seen = dict(kv.split(b"=", 1) for kv in Path(f"/proc/{child}/environ").read_bytes().split(b"\0") if b"=" in kv)
+    assert seen[b"VFRL_TEST_SEEN"] == "it's here; $HOME \"quoted\"".encode()
+    assert seen[b"CUDA_VISIBLE_DEVICES"] == b""  # the plan's devices win over the caller's
+    assert b"TMUX_PANE" in seen and seen[b"TMUX_PANE"] != os.environ.get("TMUX_PANE", "").encode()
+    assert vf_rl("stop", "test", "--tmux-socket", socket_name).returncode == 0
+    assert not env_file.exists()  # like the API key, gone with the run
 
 
 def test_replace_refuses_a_session_vf_rl_did_not_start(tmp_path, socket_name):

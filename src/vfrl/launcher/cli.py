@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import os
 import secrets
+import shlex
 import socket
 import sys
 from pathlib import Path
@@ -24,6 +25,8 @@ from vfrl.config import RLConfig, write_config
 from vfrl.launcher import lifecycle, tmux
 from vfrl.launcher.config_errors import ConfigError, load_user_config
 from vfrl.launcher.overrides import parse_overrides
+from vfrl.launcher.pane_env import write_environment
+from vfrl.trainer.failure import RESUME_COMMAND_ENV
 from vfrl.launcher.plan import (
     PlanError, detect_machine, environment_problem, exit_code_file, inference_epilogue, make_plan, model_problem,
     pane_script, render_plan, trainer_epilogue,
@@ -142,6 +145,10 @@ def run(
         plan = make_plan(cfg, run_dir, session_name, machine, workdir)
     except PlanError as e:
         fail(f"{config_path}: {e}")
+    # a trainer that has to stop on a failure prints the command that continues the run
+    plan.trainer.env[RESUME_COMMAND_ENV] = shlex.join(
+        ["vf-rl", "@", str(config_path), *ctx.args, *(["--session", session] if session else []),
+         *(["--tmux-socket", tmux_socket] if tmux_socket else [])])
     if dry_run:
         typer.echo(f"# vf-rl dry run of {config_path}: nothing was started\n\n"
                    f"# resolved config (written to {run_dir / 'config.toml'} at launch)")
@@ -162,6 +169,7 @@ def run(
              f"choose another port, or set inference.port = 0 to pick a free one.")
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     write_config(plan.config, run_dir / "config.toml")
+    write_environment(run_dir, os.environ)
     key_file = run_dir / ".api_key"
     key_file.touch(mode=0o600)
     key_file.write_text(secrets.token_urlsafe(24))

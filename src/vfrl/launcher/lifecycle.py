@@ -17,6 +17,7 @@ from typing import Callable
 import libtmux
 
 from vfrl.launcher import procs, tmux
+from vfrl.launcher.pane_env import environment_file
 from vfrl.launcher.plan import exit_code_file
 
 
@@ -69,8 +70,9 @@ def stop_run(srv: libtmux.Server, session: str, trainer_grace: float = 60, grace
         echo(f"vf-rl: terminating {len(left)} leftover process(es) of the run: {procs.describe(left)}")
         killed |= procs.terminate(left, grace=5)
     tmux.kill_session(srv, session)
-    if run_dir_option:  # the panes read the API key at start; with them gone, no secret stays on disk
+    if run_dir_option:  # the panes read these at start; with them gone, no secret stays on disk
         (run_dir / ".api_key").unlink(missing_ok=True)
+        environment_file(run_dir).unlink(missing_ok=True)
     return killed
 
 

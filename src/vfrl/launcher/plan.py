@@ -20,6 +20,7 @@ from pathlib import Path
 
 from vfrl.bundle import bundled
 from vfrl.config import ACCELERATE_CONFIGS, RLConfig
+from vfrl.launcher.pane_env import environment_file, source_line
 from vfrl.launcher.procs import MARKER
 
 
@@ -207,7 +208,7 @@ def pane_script(pane: PanePlan, run_dir: Path, workdir: Path, after: list[str] =
     epilogue stops the inference server).
     """
     lines = ["#!/usr/bin/env bash", f"# vf-rl {pane.title.lower()} pane", "set -o pipefail",
-             "trap : INT TERM", f"cd {shlex.quote(str(workdir))}",
+             "trap : INT TERM", f"cd {shlex.quote(str(workdir))}", source_line(run_dir),
              f"export {MARKER}={shlex.quote(str(run_dir))}  # vf-rl stop finds the run's processes by it"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in pane.env.items()]
     lines.append(f'export VFRL_API_KEY="$(cat {shlex.quote(str(run_dir / ".api_key"))})"')
@@ -244,7 +245,7 @@ def trainer_epilogue(run_dir: Path, grace_s: int = 30) -> list[str]:
     q = lambda p: shlex.quote(str(run_dir / p))  # noqa: E731
     return [
         record_exit_code(run_dir, "trainer"),
-        f"rm -f {q('.api_key')}  # both panes read it at start",
+        f"rm -f {q('.api_key')} {q(environment_file(run_dir).name)}  # both panes read them at start",
         'tree() { echo "$1"; for c in $(pgrep -P "$1" 2>/dev/null); do tree "$c"; done; }',
         f"pid=$(cat {q('inference.pid')} 2>/dev/null)",
         'if [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; then',
