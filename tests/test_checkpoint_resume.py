@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -125,12 +126,45 @@ def test_a_save_that_dies_midway_leaves_no_checkpoint(tmp_path, tiny_model):
     with pytest.raises(OSError):
         save_checkpoint(ckpts, DiesWhileSaving(), opt, sched, state(4))
     assert not (ckpts / "step-4").exists()
+    assert not list(ckpts.glob(".*.tmp"))  # a full disk gets its space back at once
     assert latest_checkpoint(ckpts) == good
     (ckpts / "step-6").mkdir()  # e.g. copied by hand without its marker: not a checkpoint
     (ckpts / "step-6" / "trainer_state.json").write_text("{}")
     assert list_checkpoints(ckpts) == [good]
     save_checkpoint(ckpts, model, opt, sched, state(4))
     assert not list(ckpts.glob(".*.tmp"))  # the dead save's tmp dir is gone
+
+
+KILLED_BEFORE_RENAME = """
+import os, signal, sys
+from pathlib import Path
+sys.path[:0] = [{tests!r}]
+from test_checkpoint_resume import lora_setup, state
+from vfrl.trainer.checkpoint import save_checkpoint
+
+model, opt, sched = lora_setup({model!r})
+save_checkpoint(Path({ckpts!r}), model, opt, sched, state(2))
+rename = Path.rename
+def rename_or_die(self, target):  # the trainer is killed with step 4 written and marked, not yet renamed
+    if self.name == ".step-4.tmp":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return rename(self, target)
+Path.rename = rename_or_die
+save_checkpoint(Path({ckpts!r}), model, opt, sched, state(4))
+"""
+
+
+def test_a_trainer_killed_between_writing_and_renaming_a_checkpoint_resumes_from_the_previous(tmp_path, tiny_model):
+    ckpts = tmp_path / "checkpoints"
+    code = KILLED_BEFORE_RENAME.format(tests=str(Path(__file__).parent), model=str(tiny_model), ckpts=str(ckpts))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    assert (ckpts / ".step-4.tmp" / "COMPLETE").exists()  # everything written, but never renamed into place
+    assert latest_checkpoint(ckpts) == ckpts / "step-2"
+    model, opt, sched = lora_setup(tiny_model, seed=1)
+    assert load_checkpoint(ckpts / "step-2", model, opt, sched)[0].step == 2
+    run_dir = tmp_path
+    assert find_checkpoint(tmp_path.parent / "nothing", str(run_dir))[1] == ckpts / "step-2"  # what --resume picks
 
 
 def test_keep_last(tmp_path, tiny_model):

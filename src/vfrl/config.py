@@ -126,6 +126,9 @@ class TrainerArgs(Strict):
     # async generation
     max_concurrent: int = Field(64, ge=1)
     generation_timeout: float = Field(600.0, gt=0)
+    inference_timeout: float = Field(
+        120.0, gt=0, description="Seconds without an answer from vLLM's /health before the trainer treats the "
+        "server as hung: it writes an emergency checkpoint and exits with code 3 (as when the server dies).")
     # saving / eval
     save_strategy: Literal["no", "steps"] = "no"
     save_steps: int = Field(50, ge=1)

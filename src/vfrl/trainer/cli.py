@@ -10,7 +10,7 @@ import typer
 
 from vfrl.inference.server import API_KEY_ENV
 
-app = typer.Typer(add_completion=False, help=__doc__)
+app = typer.Typer(add_completion=False, help=__doc__, pretty_exceptions_enable=False)
 
 
 @app.command()
@@ -25,6 +25,7 @@ def train(
     from transformers.utils import logging as hf_logging
 
     from vfrl.config import load_config
+    from vfrl.trainer.failure import EXIT_ERROR, EXIT_INTERRUPTED, TrainingStopped, log_traceback
     from vfrl.trainer.trainer import RLTrainer
 
     hf_logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bar, every sync and checkpoint
@@ -37,7 +38,15 @@ def train(
         RLTrainer(cfg, run_dir, url, os.environ.get(API_KEY_ENV, "EMPTY")).train()
     except KeyboardInterrupt:  # Ctrl-C in the pane or `vf-rl stop`: adapters are written atomically, so whole
         print("vf-train: interrupted; the adapters in the run directory are complete", flush=True)
-        raise typer.Exit(130)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    except TrainingStopped as e:  # dealt with: steps kept, traceback logged
+        print(e.line, flush=True)
+        raise typer.Exit(e.code)
+    except Exception as e:  # before training began (model, environment, ...): one line, the story in the log
+        log = run_dir / "logs" / "trainer.log"
+        log_traceback(log, e)
+        print(f"vf-train: {type(e).__name__}: {e} (traceback in {log})", flush=True)
+        raise typer.Exit(EXIT_ERROR)
 
 
 def main() -> None:

@@ -31,17 +31,22 @@ from vfrl.trainer.logprobs import sequence_logprobs_and_entropy
 from vfrl.trainer.loss import kl_penalty, mismatch_kl, policy_loss
 from vfrl.trainer.normalization import loss_weights
 from vfrl.trainer.reference import ReferencePolicy
-from vfrl.trainer.checkpoint import TrainingState, load_checkpoint, rng_states, save_checkpoint
+from vfrl.trainer.checkpoint import (
+    TrainingState, latest_checkpoint, load_checkpoint, rng_states, save_checkpoint, step_of,
+)
 from vfrl.trainer.console import TrainerConsole
 from vfrl.trainer.distributed import Ranks
+from vfrl.trainer.daemon_thread import in_daemon_thread
 from vfrl.trainer.evaluation import is_eval_step
+from vfrl.trainer.failure import EXIT_ERROR, EXIT_INFERENCE_LOST, TrainingStopped, log_traceback, resume_hint
+from vfrl.trainer.inference_watch import InferenceLost, inference_problem, watch_inference
 from vfrl.trainer.monitor import MismatchWatch, WandbSink, append_jsonl, set_aside_after
 from vfrl.trainer.orchestrator import Batch, Orchestrator
 from vfrl.trainer.weight_sync import AdapterSync, FullWeightSync
 
 
 def wait_for_server(base_url: str, timeout: float, inference_pid_file: Path | None = None) -> float:
-    """Block until vLLM answers /health; returns seconds waited. Fails fast if the server process died."""
+    """Block until vLLM answers /health; returns seconds waited. InferenceLost at once if the server process died."""
     t0 = time.time()
     root = base_url.rstrip("/").removesuffix("/v1")
     while True:
@@ -53,19 +58,28 @@ def wait_for_server(base_url: str, timeout: float, inference_pid_file: Path | No
         if inference_pid_file and inference_pid_file.exists():
             pid = int(inference_pid_file.read_text())
             if not Path(f"/proc/{pid}").exists():
-                raise RuntimeError("the vLLM server exited during start-up; see logs/inference.log")
+                raise InferenceLost(f"the vLLM server (pid {pid}) exited during start-up")
         if time.time() - t0 > timeout:
-            raise TimeoutError(f"vLLM did not answer {root}/health within {timeout:.0f}s; see logs/inference.log")
+            raise InferenceLost(f"vLLM did not answer {root}/health within {timeout:.0f}s of starting")
         time.sleep(1)
 
 
-def _quiet_about_cancelled(loop: asyncio.AbstractEventLoop, context: dict) -> None:
-    """Ctrl-C cancels every task at once; a gather of in-flight requests then ends with a
-    CancelledError nobody is left to retrieve. That is the expected shutdown, not an error worth
-    80 lines of traceback in trainer.log; anything else goes to asyncio's default handler."""
-    if isinstance(context.get("exception"), asyncio.CancelledError):
-        return
-    loop.default_exception_handler(context)
+def _unretrieved_to(log: Path):
+    """asyncio's handler for errors nobody awaited. Ctrl-C cancels every task at once; a gather of in-flight
+    requests then ends with a CancelledError nobody is left to retrieve: the expected shutdown, not an error
+    worth 80 lines of traceback. Anything else (a generation task that failed while the run was already
+    stopping for another reason) belongs in the log file, not on the console."""
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        error = context.get("exception")
+        if isinstance(error, asyncio.CancelledError):
+            return
+        with contextlib.suppress(OSError), open(log, "a") as f:
+            f.write(f"asyncio: {context.get('message', '')}\n")
+        if error is not None:
+            log_traceback(log, error)
+
+    return handle
 
 
 class RLTrainer:
@@ -143,6 +157,10 @@ class RLTrainer:
         self.start_step, self.pending_batch = 0, None
         if self.args.resume_from:
             self.start_step, self.pending_batch = self.resume(Path(self.args.resume_from))
+        # what an emergency checkpoint may save: optimizer steps done, and whether one is half done
+        self.steps_done, self.in_step = self.start_step, False
+        self.log_file = run_dir / "logs" / "trainer.log"
+        self.inference_pid_file = run_dir / "inference.pid"
         # wandb is imported only here: report_to = "none" needs neither the package nor an account
         self.wandb = (WandbSink(run_dir, self.args.run_name, config.model_dump(mode="json"))
                       if self.args.report_to == "wandb" and self.ranks.is_main else None)
@@ -184,13 +202,55 @@ class RLTrainer:
         rngs = self.ranks.gather(rng_states())
         if not self.ranks.is_main:
             return 0.0
-        state = TrainingState(step=step, data_position=step, seed=a.seed, policy_version=step,
-                              examples_per_step=a.batch_size // a.rollouts_per_example,
-                              dataset_size=len(self.env.dataset))
         path = save_checkpoint(self.checkpoints_dir, self.accelerator.unwrap_model(self.model), self.optimizer,
-                               self.scheduler, state, pending, a.keep_last, rng_per_rank=rngs)
+                               self.scheduler, self.training_state(step), pending, a.keep_last, rng_per_rank=rngs)
         self.console.info(f"saved checkpoint {path}")
         return time.perf_counter() - t0
+
+    def training_state(self, step: int) -> TrainingState:
+        a = self.args
+        return TrainingState(step=step, data_position=step, seed=a.seed, policy_version=step,
+                             examples_per_step=a.batch_size // a.rollouts_per_example,
+                             dataset_size=len(self.env.dataset))
+
+    # ---- when the run cannot go on (failure.py) ----
+    def stopped_by(self, error: Exception) -> TrainingStopped:
+        """Rank 0, after the loop failed: log the traceback, keep the steps trained so far, say it in one line."""
+        log_traceback(self.log_file, error)
+        lost = str(error) if isinstance(error, InferenceLost) else inference_problem(self.base_url,
+                                                                                    self.inference_pid_file)
+        if lost:
+            cause = f"{lost} (see {self.shown(self.run_dir / 'logs' / 'inference.log')})"
+        else:
+            cause = f"{type(error).__name__}: {error} (traceback in {self.shown(self.log_file)})"
+        return TrainingStopped(EXIT_INFERENCE_LOST if lost else EXIT_ERROR, f"vf-train: {cause}. {self.keep_trained()}")
+
+    def keep_trained(self) -> str:
+        """Write an emergency checkpoint of the steps done unless one exists; a sentence on what was kept."""
+        latest = latest_checkpoint(self.checkpoints_dir)
+        if self.in_step:  # the step failed halfway: its weights are neither the old nor the new policy
+            return ("The failing step's state is not saved" + (f"; the newest checkpoint is {self.shown(latest)}, "
+                    f"continue with: {resume_hint(latest)}" if latest else "; no checkpoint exists"))
+        if self.steps_done == 0:
+            return "No step was trained, nothing to keep."
+        path = latest if latest is not None and step_of(latest) == self.steps_done else None
+        if path is None:
+            try:
+                path = save_checkpoint(self.checkpoints_dir, self.accelerator.unwrap_model(self.model), self.optimizer,
+                                       self.scheduler, self.training_state(self.steps_done))
+            except Exception as e:  # e.g. the disk is full: the older checkpoints are whole (written atomically)
+                log_traceback(self.log_file, e)
+                return (f"The emergency checkpoint could not be written ({e})"
+                        + (f"; the newest checkpoint is {self.shown(latest)}" if latest else ""))
+        return f"{self.steps_done} steps are saved in {self.shown(path)}; continue with: {resume_hint(path)}"
+
+    @staticmethod
+    def shown(path: Path) -> Path:
+        """A path as the user can type it from where vf-rl was started (the panes' working directory)."""
+        try:
+            return path.relative_to(Path.cwd())
+        except ValueError:
+            return path
 
     # ---- one training step on one batch (runs in a worker thread); the math: batch.py, loss.py, normalization.py ----
     def train_step(self, batch: Batch) -> dict[str, float]:
@@ -211,6 +271,7 @@ class RLTrainer:
         """
         a = self.args
         world = self.ranks.world_size
+        self.in_step = True
         tb, rewards = make_train_batch(batch.rollouts, a, self.pad_id)
         weights = loss_weights(tb.loss_mask, a.loss_normalization, a.max_tokens)  # whole-batch normalization
         num_loss_tokens = int(tb.loss_mask.sum())
@@ -232,6 +293,7 @@ class RLTrainer:
             m["grad_norm"] += float(self.accelerator.clip_grad_norm_(self.model.parameters(), a.max_grad_norm))
             self.optimizer.step()
         self.scheduler.step()
+        self.steps_done, self.in_step = self.steps_done + 1, False
         # per-rank sums -> batch sums (grad_norm is already the same on every rank: gradients are all-reduced)
         summed = self.ranks.sum({k: v for k, v in m.items() if k != "grad_norm"} | {"sampled": sampled_tokens})
         sampled_tokens = summed.pop("sampled")
@@ -299,14 +361,39 @@ class RLTrainer:
 
     # ---- the loop ----
     def train(self) -> None:
+        """Run to the end. A failure (vLLM lost, an environment error) raises TrainingStopped after keeping
+        the steps trained so far; Ctrl-C raises KeyboardInterrupt."""
         if self.ranks.is_main:
             (self.run_dir / "trainer.pid").write_text(str(os.getpid()))
-            with asyncio.Runner() as runner:
-                runner.get_loop().set_exception_handler(_quiet_about_cancelled)
-                runner.run(self._train())
+            try:
+                # closing the runner joins the worker threads: a training step in flight ends before what
+                # follows reads the model
+                with asyncio.Runner() as runner:
+                    runner.get_loop().set_exception_handler(_unretrieved_to(self.log_file))
+                    runner.run(self._train_watched())
+            except Exception as e:  # the other ranks are ended by the launcher when this one exits
+                raise self.stopped_by(e) from e
         else:
             self._follow()
         self.ranks.close()
+
+    async def _train_watched(self) -> None:
+        """The loop, with the vLLM server watched beside it (inference_watch.py): a server that dies or
+        hangs stops the loop within seconds instead of at the next failed request or generation_timeout."""
+        waited = await asyncio.to_thread(wait_for_server, self.base_url, 900, self.inference_pid_file)
+        self.console.info(f"vLLM is up (waited {waited:.1f}s)")
+        loop = asyncio.create_task(self._train())
+        watch = asyncio.create_task(watch_inference(self.base_url, self.inference_pid_file, self.args.inference_timeout))
+        await asyncio.wait({loop, watch}, return_when=asyncio.FIRST_COMPLETED)
+        if not loop.done():  # the watch raised
+            loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):  # its errors follow from the lost server
+                await loop
+            watch.result()
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+        loop.result()
 
     def _follow(self) -> None:
         """Ranks > 0: rank 0's loop without vLLM and without writing: receive the batch, train, wait for the sync.
@@ -325,14 +412,11 @@ class RLTrainer:
         from openai import AsyncOpenAI
 
         a = self.args
-        waited = await asyncio.to_thread(wait_for_server, self.base_url, 900,
-                                         self.run_dir / "inference.pid")
-        self.console.info(f"vLLM is up (waited {waited:.1f}s)")
         client = AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, timeout=a.generation_timeout, max_retries=2)
         orch = Orchestrator(self.env, client, a)
         model = self.accelerator.unwrap_model(self.model)
         version = self.start_step  # policy version == optimizer steps done; 0 is the base model
-        model_name, _ = self.sync.push(model, version)  # after a resume: the checkpoint's weights
+        model_name, _ = await in_daemon_thread(self.sync.push, model, version)  # resumed: the checkpoint's
         if self.pending_batch is not None:  # resumed: the batch the uninterrupted run trained next
             next_batch = asyncio.get_running_loop().create_future()
             next_batch.set_result(self.pending_batch)
@@ -364,7 +448,7 @@ class RLTrainer:
                 t_drain = time.time()
                 await asyncio.wait([next_batch])  # full weights: batch step+1 ends on the policy it started on
                 wait_s += time.time() - t_drain  # idle on generation, like waiting for the batch
-            model_name, sync_s = await asyncio.to_thread(self.sync.push, model, version)
+            model_name, sync_s = await in_daemon_thread(self.sync.push, model, version)
             if self.ranks.active:  # no rank starts step+1 before policy step+1 is served
                 await asyncio.to_thread(self.ranks.barrier)
             if is_eval_step(a, version):

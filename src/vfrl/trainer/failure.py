@@ -1,0 +1,54 @@
+"""When the run cannot go on: keep what was trained, say what happened in one line, exit with a known code.
+
+A crash of the other process (vLLM killed, hung, out of memory) or of an environment must not cost
+the user the steps trained so far, whatever `save_strategy` says: the trainer still holds the model
+and optimizer, so it writes an emergency checkpoint (the same format as any checkpoint; `--resume`
+continues from it). The console gets one line: the cause, where to look, the checkpoint and the exact
+command that continues the run. The traceback goes to logs/trainer.log only.
+
+Exit codes of vf-train (the trainer pane records them in trainer.exitcode; `vf-rl @ cfg --no-attach`
+exits with them):
+    0    the run finished
+    1    an error in the trainer or the environment (one line; traceback in logs/trainer.log)
+    3    the vLLM server was lost: it exited or stopped answering (emergency checkpoint written)
+    130  interrupted (Ctrl-C in the trainer pane, `vf-rl stop`)
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import traceback
+from pathlib import Path
+
+EXIT_ERROR = 1
+EXIT_INFERENCE_LOST = 3
+EXIT_INTERRUPTED = 130
+RESUME_COMMAND_ENV = "VFRL_RESUME_COMMAND"  # set by vf-rl: the command line that started this run
+
+
+class TrainingStopped(Exception):
+    """The run stopped on a failure it has dealt with: `line` is all the console needs, `code` the exit code."""
+
+    def __init__(self, code: int, line: str):
+        self.code, self.line = code, line
+        super().__init__(line)
+
+
+def log_traceback(log: Path, error: BaseException) -> None:
+    """The whole story for the log file, not the console (the pane tees the console into the same file)."""
+    try:
+        with open(log, "a") as f:
+            f.write("".join(traceback.format_exception(error)))
+    except OSError:
+        pass
+
+
+def resume_hint(checkpoint: Path) -> str:
+    """`vf-rl @ cfg.toml ... --resume <checkpoint>`: the command that started the run, continuing it."""
+    base = os.environ.get(RESUME_COMMAND_ENV)
+    try:
+        shown = checkpoint.relative_to(Path.cwd())
+    except ValueError:
+        shown = checkpoint
+    return f"{base or 'vf-rl @ CONFIG'} --resume {shlex.quote(str(shown))}"

@@ -1,0 +1,124 @@
+"""The vLLM server lost mid-run, for real (tmux, the vLLM CPU server, the trainer; issue 9, item 2).
+
+Killed (-9) or hung (SIGSTOP) while the trainer trains with save_strategy = "no" (the quick start's):
+the trainer notices within seconds (hung: after inference_timeout), writes an emergency checkpoint,
+prints one line naming the cause, the inference log and the exact `vf-rl ... --resume` command, and
+exits 3; the inference pane ends every process the server started (vLLM's engine core), `vf-rl
+status` says the inference pane exited, and the printed command continues the run.
+"""
+
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from test_launcher_session_e2e import VF_RL, start_run
+from vfrl.launcher import procs, tmux
+from vfrl.launcher.plot import read_metrics
+from vfrl.trainer.checkpoint import latest_checkpoint, step_of
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def socket_name(tmp_path):
+    name = f"vfrl-faults-{tmp_path.name}"
+    yield name
+    srv = tmux.server(name)
+    for session in tmux.run_sessions(srv):  # on failure: the clean stop, so no vLLM is left behind
+        from vfrl.launcher.lifecycle import stop_run
+
+        stop_run(srv, session, trainer_grace=20, echo=lambda _: None)
+    subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
+
+
+def vllm_server_pid(run_dir: Path) -> int:
+    """The API server: vf-vllm's (inference.pid's) child."""
+    supervisor = int((run_dir / "inference.pid").read_text())
+    children = subprocess.run(["pgrep", "-P", str(supervisor)], capture_output=True, text=True).stdout.split()
+    assert len(children) == 1, children
+    return int(children[0])
+
+
+def wait_for(path: Path, timeout: float, run_dir: Path) -> str:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            logs = {p.name: p.read_text()[-3000:] for p in (run_dir / "logs").glob("*.log")}
+            pytest.fail(f"{path.name} did not appear within {timeout:.0f}s: {logs}")
+        time.sleep(0.5)
+    return path.read_text().strip()
+
+
+def trainer_screen(socket_name: str, session: str = "test") -> list[str]:
+    srv = tmux.server(socket_name)
+    pane = tmux.pane_state(srv, session, "trainer").pane_id
+    out = subprocess.run(["tmux", "-L", socket_name, "capture-pane", "-p", "-J", "-S", "-200", "-t", pane],
+                         capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def assert_lost_server_handled(tmp: Path, run_dir: Path, socket_name: str, cause: str, detected_in: float) -> str:
+    """Exit 3 within `detected_in` s, one line with cause/log/checkpoint/resume command, no process left.
+    Returns the line."""
+    t0 = time.monotonic()
+    assert wait_for(run_dir / "trainer.exitcode", detected_in, run_dir) == "3"
+    took = time.monotonic() - t0
+    steps = len(read_metrics(run_dir))
+    screen = trainer_screen(socket_name)
+    assert not any("Traceback" in line for line in screen), "\n".join(screen[-60:])
+    line = next(line for line in screen if line.startswith("vf-train: "))
+    assert cause in line and "logs/inference.log" in line, line
+    checkpoint = latest_checkpoint(run_dir / "checkpoints")
+    assert checkpoint is not None and step_of(checkpoint) >= steps >= 2, (line, steps)
+    assert f"{step_of(checkpoint)} steps are saved in {checkpoint.relative_to(tmp)}" in line, line
+    assert line.endswith(f"--resume {checkpoint.relative_to(tmp)}"), line
+    assert "Traceback" in (run_dir / "logs" / "trainer.log").read_text()  # the story is kept in the log
+    # the inference pane ended the server's whole process tree and recorded how it ended
+    wait_for(run_dir / "inference.exitcode", 60, run_dir)
+    left = procs.pane_processes([], run_dir)
+    deadline = time.monotonic() + 30
+    while (left := procs.alive(left)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, procs.describe(left)
+    status = subprocess.run([VF_RL, "status", "--tmux-socket", socket_name], capture_output=True, text=True).stdout
+    assert "trainer exited 3, inference exited" in status, status
+    print(f"{cause}: trainer exited {took:.1f}s after the fault")
+    return line
+
+
+def test_vllm_killed_mid_run_keeps_the_training_and_resume_continues(tmp_path, tiny_model, socket_name):
+    cfg, run_dir = start_run(tmp_path, tiny_model, socket_name)
+    while len(read_metrics(run_dir)) < 2:
+        time.sleep(0.2)
+    server = vllm_server_pid(run_dir)
+    engine = procs.pane_processes([server])  # the server, its engine core and whatever that started
+    assert len(engine) >= 2
+    subprocess.run(["kill", "-9", str(server)], check=True)
+    line = assert_lost_server_handled(tmp_path, run_dir, socket_name, "exited", detected_in=60)
+    assert not procs.alive(engine)
+    # the printed command continues the run (bounded here by one more override)
+    done = step_of(latest_checkpoint(run_dir / "checkpoints"))
+    subprocess.run([VF_RL, "stop", "test", "--tmux-socket", socket_name], capture_output=True, check=True)
+    command = shlex.split(line[line.index("continue with: ") + len("continue with: "):])
+    assert command[:3] == ["vf-rl", "@", str(cfg)]
+    resumed = subprocess.run([VF_RL, *command[1:], "--trainer.args.max_steps", str(done + 2), "--no-attach"],
+                             capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-2000:]
+    steps = [m["step"] for m in read_metrics(run_dir) if "loss" in m]
+    assert steps[-2:] == [done + 1, done + 2], steps
+
+
+def test_vllm_hung_mid_run_is_lost_after_inference_timeout(tmp_path, tiny_model, socket_name):
+    _, run_dir = start_run(tmp_path, tiny_model, socket_name, "--trainer.args.inference_timeout", "10")
+    while len(read_metrics(run_dir)) < 2:
+        time.sleep(0.2)
+    server = vllm_server_pid(run_dir)
+    engine = procs.pane_processes([server])
+    for p in engine:  # the whole server hangs: API process, engine core, workers
+        subprocess.run(["kill", "-STOP", str(p.pid)])
+    assert_lost_server_handled(tmp_path, run_dir, socket_name, "has not answered", detected_in=90)
+    assert not procs.alive(engine)
