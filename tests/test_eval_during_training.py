@@ -1,4 +1,5 @@
-"""Eval during training: which rows, when, and a real run that logs eval reward (wandb offline too)."""
+"""Eval during training: which rows, when, and a real run that logs eval reward (wandb offline too,
+from a tmux server that was started without WANDB_MODE)."""
 
 import json
 import os
@@ -72,6 +73,10 @@ def eval_run(tmp_path_factory, tiny_model):
     data["inference"]["args"]["max_num_batched_tokens"] = data["inference"]["args"]["max_model_len"]
     cfg.write_text(tomli_w.dumps(data))
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    # issue 9: a tmux server already running without WANDB_MODE (tmux gives new sessions its server's
+    # environment); the trainer pane must still see the variables vf-rl was started with
+    without = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-s", "other", "sleep 900"], env=without, check=True)
     try:
         proc = subprocess.run([str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", sock],
                               capture_output=True, text=True, timeout=600, cwd=tmp, env=env)
