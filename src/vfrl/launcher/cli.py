@@ -26,7 +26,7 @@ from vfrl.launcher.config_errors import ConfigError, load_user_config
 from vfrl.launcher.overrides import parse_overrides
 from vfrl.launcher.plan import (
     PlanError, detect_machine, environment_problem, exit_code_file, inference_epilogue, make_plan, model_problem,
-    pane_script, render_plan, trainer_epilogue,
+    network_notice, pane_script, render_plan, trainer_epilogue,
 )
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.split("\n\n")[0],
@@ -142,6 +142,8 @@ def run(
         plan = make_plan(cfg, run_dir, session_name, machine, workdir)
     except PlanError as e:
         fail(f"{config_path}: {e}")
+    if notice := network_notice(plan.config.inference.host):
+        typer.echo(f"vf-rl: note: {notice}", err=True)
     if dry_run:
         typer.echo(f"# vf-rl dry run of {config_path}: nothing was started\n\n"
                    f"# resolved config (written to {run_dir / 'config.toml'} at launch)")
