@@ -88,8 +88,8 @@ class SharedServer:
 
     api_key = "shared-test-key"
 
-    def __init__(self, base_url: str, model: str, log: Path):
-        self.base_url, self.model, self.log = base_url, model, log
+    def __init__(self, base_url: str, model: str, log: Path, config: Path):
+        self.base_url, self.model, self.log, self.config = base_url, model, log, config
 
 
 @pytest.fixture(scope="session")
@@ -104,4 +104,80 @@ def shared_vllm_server(tmp_path_factory, tiny_model):
     }))
     log = tmp / "server.log"
     with vf_vllm(tmp / "config.toml", port, SharedServer.api_key, log) as base_url:
-        yield SharedServer(base_url, str(tiny_model), log)
+        yield SharedServer(base_url, str(tiny_model), log, tmp / "config.toml")
+
+
+def served_app(config: Path, server_log: Path):
+    """vLLM's FastAPI app built in this process as vf-vllm's server built it: the same argv (config_argv)
+    through vLLM's own parser, the same VLLM_* switches (server_env decides which routers vLLM attaches)
+    and the supported tasks the server logged."""
+    import ast
+    import re
+    from unittest import mock
+
+    from vllm.entrypoints.launchers.app import build_app
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    from vfrl.config import load_config
+    from vfrl.inference.server import config_argv, server_env
+
+    cfg = load_config(config)
+    args = make_arg_parser(FlexibleArgumentParser()).parse_args(config_argv(cfg)[3:])  # after `python -m MODULE`
+    tasks = re.search(r"Supported tasks: (.+)$", server_log.read_text(), re.M)
+    assert tasks, f"no 'Supported tasks' line in {server_log}"
+    with mock.patch.dict(os.environ, server_env({}, full_weights=not cfg.args.use_lora)):
+        return build_app(args, tuple(ast.literal_eval(tasks.group(1))), None)
+
+
+ALL_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def assert_only_health_is_open(base_url: str, config: Path, server_log: Path, api_key: str) -> set[str]:
+    """Every route and mount of the served app, every method, path parameters filled: 401 without the
+    API key (and with a wrong one), except GET /health (200). Returns the paths checked.
+
+    The routes come from the app itself, not a list here, so a route a new vLLM adds is checked too;
+    the app is compared with the server's /openapi.json first, so it is the app the server runs."""
+    import uuid
+
+    import httpx
+    from starlette import convertors
+    from starlette.routing import Mount, WebSocketRoute
+
+    app = served_app(config, server_log)
+    samples = {convertors.IntegerConvertor: 1, convertors.FloatConvertor: 1.5, convertors.UUIDConvertor: uuid.UUID(int=1)}
+    root = base_url.removesuffix("/v1")
+    authorized = {"Authorization": f"Bearer {api_key}"}
+    with httpx.Client(base_url=root, timeout=30) as http:
+        served = http.get("/openapi.json", headers=authorized)
+        assert served.status_code == 200, served.text
+        assert set(served.json()["paths"]) == set(app.openapi()["paths"]), "the app built here is not the one served"
+        paths, websockets = set(), set()
+        for route in app.routes:
+            path = route.path_format.format(**{name: conv.to_string(samples.get(type(conv), "x"))
+                                               for name, conv in route.param_convertors.items()})
+            if isinstance(route, Mount):  # a whole sub-application: its root and anything under it
+                paths |= {path, f"{path}/x"}
+            else:
+                (websockets if isinstance(route, WebSocketRoute) else paths).add(path)
+        paths.add("/no-such-path")
+        assert len(paths) > 20 and "/health" in paths, sorted(paths)
+        for path in sorted(paths - {"/health"}):
+            for method in ALL_METHODS:
+                r = http.request(method, path)
+                assert r.status_code == 401, f"{method} {path} answered {r.status_code} without the API key: {r.text[:200]}"
+            r = http.post(path, headers={"Authorization": "Bearer wrong"})
+            assert r.status_code == 401, f"POST {path} answered {r.status_code} with a wrong API key"
+        upgrade = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+                   "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+        for path in sorted(websockets):
+            r = http.get(path, headers=upgrade)
+            assert r.status_code == 401, f"websocket {path} answered {r.status_code} without the API key"
+        assert http.get("/health").status_code == 200
+        # the paths vfrl's own clients use still answer with the key
+        assert http.get("/v1/models", headers=authorized).status_code == 200
+        assert http.get("/metrics", headers=authorized).status_code == 200
+        tokenized = http.post("/tokenize", headers=authorized, json={"model": app.state.args.model, "prompt": "ab"})
+        assert tokenized.status_code == 200, tokenized.text
+    return paths | websockets

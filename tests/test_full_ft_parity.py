@@ -8,12 +8,11 @@ import time
 import tomllib
 from types import SimpleNamespace
 
-import httpx
 import pytest
 import tomli_w
 import torch
 
-from conftest import BIN, free_port, max_logprob_gap, vf_vllm, write_config
+from conftest import BIN, assert_only_health_is_open, free_port, max_logprob_gap, vf_vllm, write_config
 
 API_KEY = "test-key"
 
@@ -160,11 +159,10 @@ def test_requests_in_flight_during_a_sync_finish_on_the_old_weights(vllm_server,
 
 
 @pytest.mark.e2e
-def test_weight_endpoints_need_the_api_key(vllm_server):
-    root = vllm_server[0].removesuffix("/v1")
-    for path in ("/collective_rpc", "/pause", "/resume", "/reset_prefix_cache"):
-        assert httpx.post(root + path, json={"method": "vfrl_loaded_version"}).status_code == 401, path
-    assert httpx.get(root + "/health").status_code == 200
+def test_every_route_but_health_needs_the_api_key(vllm_server):
+    base_url, tmp = vllm_server
+    checked = assert_only_health_is_open(base_url, tmp / "config.toml", tmp / "server.log", API_KEY)
+    assert {"/collective_rpc", "/pause", "/resume", "/reset_prefix_cache", "/tokenize", "/metrics"} <= checked
 
 
 @pytest.mark.e2e
@@ -203,7 +201,7 @@ def test_full_weight_mode_serves_without_lora_through_the_worker_extension():
     full = server_argv("m", "127.0.0.1", 8000, None, {})
     assert "--enable-lora" not in full
     assert full[full.index("--worker-extension-cls") + 1] == "vfrl.inference.worker_extension.WeightReloadExtension"
-    assert full[full.index("--middleware") + 1] == "vfrl.inference.server.require_api_key"
+    assert full[full.index("--middleware") + 1] == "vfrl.inference.server.RequireApiKey"
     env = server_env({"VFRL_API_KEY": "k"}, full_weights=True)
     assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_API_KEY"] == "k" and "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in env
     lora = server_argv("m", "127.0.0.1", 8000, 8, {})

@@ -166,6 +166,21 @@ def test_dry_run_reports_a_gpu_shortage_as_one_line(tmp_path, monkeypatch):
                                      "machine has 2 GPUs; lower inference.gpus (6) or trainer.gpus (2)")
 
 
+@pytest.mark.parametrize("host, reachable", [("0.0.0.0", True), ("::", True), ("10.0.0.5", True), ("gpu-node-3", True),
+                                             ("127.0.0.1", False), ("::1", False), ("localhost", False)])
+def test_a_host_beyond_loopback_is_announced_in_one_line(tmp_path, monkeypatch, host, reachable):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "detect_machine", lambda: Machine(0, 2))
+    (tmp_path / "cfg.toml").write_text(GOLDEN_CONFIG)
+    result = CliRunner().invoke(cli.app, ["run", "cfg.toml", "--dry-run", "--inference.host", host,
+                                          "--tmux-socket", "vfrl-golden-no-server"])
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.stderr.splitlines() if line.startswith("vf-rl: note:")]
+    expected = (f'vf-rl: note: inference.host = "{host}": vLLM will be reachable from the network; the per-run '
+                f"API key protects every endpoint but /health")
+    assert notes == ([expected] if reachable else [])
+
+
 def test_a_mistyped_option_is_not_taken_for_a_config_key(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "cfg.toml").write_text((ROOT / "configs/rl/quickstart.toml").read_text())

@@ -1,7 +1,8 @@
 """vf-vllm: the vLLM OpenAI-compatible server with what RL training needs switched on.
 
 Adds runtime LoRA loading (`/v1/load_lora_adapter`), binds loopback unless told otherwise, and
-takes its API key from the environment (VFRL_API_KEY) so it never shows in `ps` or the pane.
+takes its API key from the environment (VFRL_API_KEY) so it never shows in `ps` or the pane. With a
+key, every path but `/health` answers 401 without it (RequireApiKey).
 With `use_lora = false` it serves full weights instead: no LoRA, the vfrl worker extension
 (vfrl.inference.worker_extension) reached through `/collective_rpc`, and vLLM's dev endpoints
 (`VLLM_SERVER_DEV_MODE=1`: /collective_rpc, /pause, /resume, /reset_prefix_cache) behind the API key.
@@ -13,6 +14,8 @@ stop or a crash, nothing it started outlives it.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import sys
 from pathlib import Path
@@ -49,22 +52,46 @@ def flag_args(args: dict[str, Any]) -> list[str]:
 
 
 WORKER_EXTENSION = "vfrl.inference.worker_extension.WeightReloadExtension"
-OPEN_PATHS = ("/health", "/ping", "/version", "/metrics")
+OPEN_PATHS = frozenset({"/health"})  # polled before start-up is over, by callers that may not hold the key
 
 
-async def require_api_key(request, call_next):
-    """vLLM checks VLLM_API_KEY only under /v1 and a few other prefixes; its dev endpoints
-    (/collective_rpc, /pause, ...) would be open. Passed as `--middleware` in full-weight mode."""
-    import hmac
+class RequireApiKey:
+    """The API key (VLLM_API_KEY) on every path but OPEN_PATHS, http and websocket alike.
 
-    from fastapi.responses import JSONResponse
+    vLLM's own check covers only /v1, /v2, /inference and /cohere: /tokenize, /scale_elastic_ep,
+    /metrics, /docs, the SageMaker routes and the dev endpoints would answer anyone who can reach the
+    port. Passed as `--middleware`; vLLM adds it last, so it runs before every other middleware (CORS
+    included: only a CORS preflight, which the CORS middleware answers itself, passes without the key).
+    A pure ASGI class, not an `@app.middleware("http")` function, which websocket routes would bypass.
+    With no key set (vf-vllm started by hand without one) it lets everything through, as vLLM does.
+    """
 
-    key = os.environ.get("VLLM_API_KEY")
-    if key and request.method != "OPTIONS" and request.url.path not in OPEN_PATHS:
-        given = request.headers.get("Authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
-            return JSONResponse({"error": "Unauthorized"}, status_code=401)
-    return await call_next(request)
+    def __init__(self, app):
+        self.app = app
+        key = os.environ.get("VLLM_API_KEY")
+        self.expected = hashlib.sha256(f"Bearer {key}".encode()).digest() if key else None
+
+    async def __call__(self, scope, receive, send):
+        if self.expected is None or scope["type"] not in ("http", "websocket") or self.allowed(scope):
+            return await self.app(scope, receive, send)
+        from starlette.responses import JSONResponse
+
+        await JSONResponse({"error": "Unauthorized"}, status_code=401)(scope, receive, send)
+
+    def allowed(self, scope) -> bool:
+        from starlette.datastructures import Headers
+
+        # scope["path"] carries --root-path when vLLM serves under one
+        if scope["path"].removeprefix(scope.get("root_path", "")) in OPEN_PATHS:
+            return True
+        headers = Headers(scope=scope)
+        if scope.get("method") == "OPTIONS" and "origin" in headers and "access-control-request-method" in headers:
+            return True
+        given = hashlib.sha256(headers.get("authorization", "").encode()).digest()
+        return hmac.compare_digest(given, self.expected)  # digests: equal length, so the time says nothing
+
+
+AUTH_MIDDLEWARE = f"{__name__}.{RequireApiKey.__name__}"
 
 
 def server_argv(model: str, host: str, port: int, max_lora_rank: int | None, extra: dict[str, Any]) -> list[str]:
@@ -79,7 +106,6 @@ def server_argv(model: str, host: str, port: int, max_lora_rank: int | None, ext
     }
     if max_lora_rank is None:
         args["worker_extension_cls"] = WORKER_EXTENSION
-        args["middleware"] = "vfrl.inference.server.require_api_key"
     else:
         args.update(enable_lora=True, max_lora_rank=max_lora_rank,
                     max_loras=2)  # the adapter being sampled from and the one just loaded
@@ -90,7 +116,8 @@ def server_argv(model: str, host: str, port: int, max_lora_rank: int | None, ext
         # then defaults to at least max_model_len).
         args["enable_chunked_prefill"] = False  # -> --no-enable-chunked-prefill
     args.update(extra)
-    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *flag_args(args)]
+    # outside `args`, so inference.args cannot drop it (vLLM appends every --middleware it is given)
+    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *flag_args(args), "--middleware", AUTH_MIDDLEWARE]
 
 
 def server_env(base: dict[str, str], full_weights: bool = False) -> dict[str, str]:
@@ -136,17 +163,19 @@ def serve(
     if at != "@":
         raise typer.BadParameter("usage: vf-vllm @ CONFIG")
     cfg = load_config(config_path)
-    full_weights = not cfg.args.use_lora
-    argv = server_argv(
-        cfg.model, cfg.inference.host, port or cfg.inference.port,
-        None if full_weights else lora_rank_ceiling(cfg.args.lora_rank), cfg.inference.args,
-    )
+    argv = config_argv(cfg, port)
     if pid_file:  # this process, not the server: it lives until the server and all it started are gone
         pid_file.write_text(str(os.getpid()))
     print("vf-vllm:", " ".join(argv[1:]), flush=True)
     from vfrl.inference.supervisor import run_supervised
 
-    raise typer.Exit(run_supervised(argv, server_env(dict(os.environ), full_weights)))
+    raise typer.Exit(run_supervised(argv, server_env(dict(os.environ), full_weights=not cfg.args.use_lora)))
+
+
+def config_argv(cfg, port: int | None = None) -> list[str]:
+    """The server command vf-vllm runs for a resolved config (`port` overrides inference.port)."""
+    return server_argv(cfg.model, cfg.inference.host, port or cfg.inference.port,
+                       lora_rank_ceiling(cfg.args.lora_rank) if cfg.args.use_lora else None, cfg.inference.args)
 
 
 def main() -> None:

@@ -26,11 +26,11 @@ from vfrl.launcher import lifecycle, tmux
 from vfrl.launcher.config_errors import ConfigError, load_user_config
 from vfrl.launcher.overrides import parse_overrides
 from vfrl.launcher.pane_env import write_environment
-from vfrl.trainer.failure import RESUME_COMMAND_ENV
 from vfrl.launcher.plan import (
     PlanError, detect_machine, environment_problem, exit_code_file, inference_epilogue, make_plan, model_problem,
-    pane_script, render_plan, trainer_epilogue,
+    network_notice, pane_script, render_plan, trainer_epilogue,
 )
+from vfrl.trainer.failure import RESUME_COMMAND_ENV
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.split("\n\n")[0],
                   context_settings={"help_option_names": ["-h", "--help"]})
@@ -149,6 +149,8 @@ def run(
     plan.trainer.env[RESUME_COMMAND_ENV] = shlex.join(
         ["vf-rl", "@", str(config_path), *ctx.args, *(["--session", session] if session else []),
          *(["--tmux-socket", tmux_socket] if tmux_socket else [])])
+    if notice := network_notice(plan.config.inference.host):
+        typer.echo(f"vf-rl: note: {notice}", err=True)
     if dry_run:
         typer.echo(f"# vf-rl dry run of {config_path}: nothing was started\n\n"
                    f"# resolved config (written to {run_dir / 'config.toml'} at launch)")

@@ -200,6 +200,20 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
     )
 
 
+def network_notice(host: str) -> str | None:
+    """The line vf-rl prints when vLLM will listen beyond this machine (inference.host not loopback)."""
+    import ipaddress
+
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: only localhost is known to stay on this machine
+        loopback = host == "localhost"
+    if loopback:
+        return None
+    return (f'inference.host = "{host}": vLLM will be reachable from the network; the per-run API key '
+            f"protects every endpoint but /health")
+
+
 def pane_script(pane: PanePlan, run_dir: Path, workdir: Path, after: list[str] = ()) -> str:
     """A readable bash script: environment, the command teed to its log, what to do after.
 
