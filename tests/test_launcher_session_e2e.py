@@ -136,12 +136,15 @@ def test_replace_stopped_the_old_session_first(ctrlc_run):
     assert procs.alive(old_pids) == set()
 
 
-def test_ctrl_c_in_the_trainer_pane_stops_both_processes(ctrlc_run, socket_name):
+def test_ctrl_c_twice_in_the_trainer_pane_stops_both_processes(ctrlc_run, socket_name):
+    """The impatient user presses Ctrl-C twice: the second one must not turn a clean stop into a traceback
+    (`vf-rl stop`, above, sends exactly one)."""
     cfg, run_dir, _ = ctrlc_run
     pids = run_processes(socket_name, "ctrlc", run_dir)
     srv = tmux.server(socket_name)
-    subprocess.run(["tmux", "-L", socket_name, "send-keys", "-t", tmux.pane_state(srv, "ctrlc", "trainer").pane_id,
-                    "C-c"], check=True)
+    pane = tmux.pane_state(srv, "ctrlc", "trainer").pane_id
+    for _ in range(2):
+        subprocess.run(["tmux", "-L", socket_name, "send-keys", "-t", pane, "C-c"], check=True)
     t0 = time.time()
     left = procs.wait_gone(pids, timeout=120)  # nothing but the pane scripts themselves does the stopping
     assert left == set(), procs.describe(left)
@@ -155,4 +158,25 @@ def test_ctrl_c_in_the_trainer_pane_stops_both_processes(ctrlc_run, socket_name)
     # the panes stay (remain-on-exit) so their last lines can be read; stop just closes the session
     assert vf_rl("status", "--tmux-socket", socket_name, cwd=cfg.parent).stdout.startswith(
         "ctrlc: trainer exited 130, inference exited ")
-    assert vf_rl("stop", "ctrlc", "--tmux-socket", socket_name, cwd=cfg.parent).returncode == 0
+    # stopping a run that has already ended closes its session, and nothing needs a signal
+    stopped = vf_rl("stop", "ctrlc", "--tmux-socket", socket_name, cwd=cfg.parent)
+    assert stopped.returncode == 0 and "stopped 'ctrlc' (trainer exit code 130)" in stopped.stdout, stopped.stdout
+    assert "Ctrl-C" not in stopped.stdout and "terminating" not in stopped.stdout and "SIGKILL" not in stopped.stdout
+    assert not tmux.session_exists(srv, "ctrlc")
+
+
+def test_vf_rl_stop_during_start_up_before_vllm_is_healthy(tmp_path, tiny_model, socket_name):
+    """Stopped a moment after launch: the trainer is still importing or waiting for vLLM, vLLM is loading."""
+    cfg = write_config(tmp_path / "cfg.toml", tiny_model, port=0, output_dir=tmp_path / "outputs", max_steps=1_000_000)
+    started = vf_rl("@", str(cfg), "--detach", "--tmux-socket", socket_name, "--session", "early", cwd=tmp_path)
+    assert started.returncode == 0, started.stderr
+    run_dir = tmp_path / "outputs" / "test"
+    stopped = vf_rl("stop", "early", "--tmux-socket", socket_name, cwd=tmp_path)
+    assert stopped.returncode == 0, stopped.stderr
+    assert "stopped 'early' (trainer exit code 130)" in stopped.stdout, stopped.stdout
+    assert "terminating" not in stopped.stdout and "SIGKILL" not in stopped.stdout, stopped.stdout
+    assert "Application startup complete" not in (run_dir / "logs" / "inference.log").read_text()  # really early
+    assert not procs.pane_processes([], run_dir), "a process of the run is left"
+    assert_port_free(run_dir)
+    assert "Traceback" not in (run_dir / "logs" / "trainer.log").read_text()
+    assert not (run_dir / ".api_key").exists() and not (run_dir / ".environment").exists()

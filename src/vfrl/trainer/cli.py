@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from vfrl.inference.server import API_KEY_ENV
+from vfrl.trainer.failure import EXIT_ERROR, EXIT_INTERRUPTED, TrainingStopped, log_traceback
 
 app = typer.Typer(add_completion=False, help=__doc__, pretty_exceptions_enable=False)
 
@@ -22,19 +23,17 @@ def train(
     """Train the run described by CONFIG (as written by vf-rl into the run directory)."""
     if at != "@":
         raise typer.BadParameter("usage: vf-train @ CONFIG")
-    from transformers.utils import logging as hf_logging
-
-    from vfrl.config import load_config
-    from vfrl.trainer.failure import EXIT_ERROR, EXIT_INTERRUPTED, TrainingStopped, log_traceback
-    from vfrl.trainer.trainer import RLTrainer
-
-    hf_logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bar, every sync and checkpoint
-
-    cfg = load_config(config_path)
     run_dir = config_path.resolve().parent
-    host = "127.0.0.1" if cfg.inference.host in ("0.0.0.0", "::") else cfg.inference.host
-    url = base_url or f"http://{host}:{cfg.inference.port}/v1"
-    try:
+    try:  # from the first import on: a Ctrl-C during start-up is a stop like any other, not a traceback
+        from transformers.utils import logging as hf_logging
+
+        from vfrl.config import load_config
+        from vfrl.trainer.trainer import RLTrainer
+
+        hf_logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bar, every sync and checkpoint
+        cfg = load_config(config_path)
+        host = "127.0.0.1" if cfg.inference.host in ("0.0.0.0", "::") else cfg.inference.host
+        url = base_url or f"http://{host}:{cfg.inference.port}/v1"
         RLTrainer(cfg, run_dir, url, os.environ.get(API_KEY_ENV, "EMPTY")).train()
     except KeyboardInterrupt:  # Ctrl-C in the pane or `vf-rl stop`: adapters are written atomically, so whole
         print("vf-train: interrupted; the adapters in the run directory are complete", flush=True)

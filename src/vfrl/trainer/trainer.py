@@ -380,7 +380,8 @@ class RLTrainer:
     async def _train_watched(self) -> None:
         """The loop, with the vLLM server watched beside it (inference_watch.py): a server that dies or
         hangs stops the loop within seconds instead of at the next failed request or generation_timeout."""
-        waited = await asyncio.to_thread(wait_for_server, self.base_url, 900, self.inference_pid_file)
+        # a daemon thread: a Ctrl-C or `vf-rl stop` during vLLM's start-up must not wait for vLLM to come up
+        waited = await in_daemon_thread(wait_for_server, self.base_url, 900, self.inference_pid_file)
         self.console.info(f"vLLM is up (waited {waited:.1f}s)")
         loop = asyncio.create_task(self._train())
         watch = asyncio.create_task(watch_inference(self.base_url, self.inference_pid_file, self.args.inference_timeout))
