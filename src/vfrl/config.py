@@ -126,6 +126,19 @@ class TrainerArgs(Strict):
     # async generation
     max_concurrent: int = Field(64, ge=1)
     generation_timeout: float = Field(600.0, gt=0)
+    # ---- faulty rollouts (docs/environments.md, "Faulty rollouts") ----
+    rollout_timeout: float = Field(
+        300.0, gt=0, description="Seconds one rollout may take from when it gets a request slot: its model turns, "
+        "environment replies and scoring. One that is not done is dropped and counted (rollouts_timed_out); a reward "
+        "function still running then scores 0 instead. At most generation_timeout, the limit of the whole batch.")
+
+    @model_validator(mode="after")
+    def _rollout_within_batch_timeout(self) -> "TrainerArgs":
+        if self.rollout_timeout > self.generation_timeout:
+            raise RuleError([("rollout_timeout", self.rollout_timeout,
+                              f"must be at most generation_timeout ({self.generation_timeout:g}), the time limit of "
+                              f"a whole batch of rollouts")])
+        return self
     # saving / eval
     save_strategy: Literal["no", "steps"] = "no"
     save_steps: int = Field(50, ge=1)
