@@ -9,6 +9,7 @@ on cue in vLLM; the fake holds its request open until the time limit.
 """
 
 import asyncio
+import json
 import math
 import subprocess
 import sys
@@ -21,8 +22,13 @@ import torch
 from fake_openai import FakeOpenAI, decode
 
 import vfrl
+from vfrl.config import TrainerArgs
 from vfrl.environments.faults import RolloutFaults
 from vfrl.environments.rubric import Rubric
+from vfrl.trainer.batch import make_train_batch
+from vfrl.trainer.evaluation import summarize
+from vfrl.trainer.orchestrator import Orchestrator
+from vfrl.trainer.step_faults import BatchLost, RewardFunctionFailing
 
 SAMPLING = {"temperature": 1.0, "max_tokens": 100}
 LIMIT = 1.0  # seconds: a fake rollout takes about a millisecond; a stalled one waits this long, then goes
@@ -264,3 +270,111 @@ def test_a_later_turn_the_server_rejects_ends_the_rollout_but_keeps_its_turns():
     assert faults.total == 0 and r.truncated and r.reward == 1.0
     assert r.error.startswith("HTTP 400: This model's maximum context length is 90 tokens")
     assert len(r.turn_spans) >= 1
+
+
+# ---- rows 2-4: the step: a well-formed batch, counts, one warning line, the errors that stop the run ----
+
+def orchestrator(env, client, **args):
+    args = TrainerArgs(**{"rollouts_per_example": 2, "batch_size": 8, "micro_batch_size": 4, "max_tokens": 20,
+                          "max_seq_len": 200, "rollout_timeout": LIMIT, "generation_timeout": 60, **args})
+    return Orchestrator(env, client, args), args
+
+
+def test_a_lost_group_leaves_a_well_formed_batch_counted_in_the_step_metrics():
+    calls = iter(range(100))
+    env = env_with(right, questions=["ab", "cd", "x" * 80, "ef"])
+    # every other reply is wrong (except for "ab"), so every group that is left has a reward spread
+    orch, args = orchestrator(env, FakeOpenAI(lambda p: "ba" if next(calls) % 2 else reverse(p), max_model_len=60))
+    batch = run(orch.generate(0, "m", 0))
+    lost = batch.example_ids.index(2)
+    assert batch.sizes() == [0 if i == lost else 2 for i in range(4)] and len(batch.rollouts) == 6
+    assert batch.metrics == {"rollouts_dropped": 2.0, "rollouts_rejected": 2.0, "rollouts_timed_out": 0.0,
+                             "rollouts_ended_early": 0.0, "reward_errors/right": 0.0}
+    assert batch.warning == ("step 1: 2 of 8 rollouts dropped: 2 rejected "
+                             "(HTTP 400: This model's maximum context length is 60 tokens)")
+    tb, rewards = make_train_batch(batch.rollouts, args, pad_id=0, group_sizes=batch.sizes())
+    # a full batch's rows (the lost ones are padding without loss), advantages within each group that is left
+    assert len(tb) == args.batch_size and tb.loss_mask[6:].sum() == 0 and tb.advantages[6:].tolist() == [0.0, 0.0]
+    expected = [float(r) - float(rewards[i - i % 2: i - i % 2 + 2].mean()) for i, r in enumerate(rewards)]
+    assert tb.advantages[:6].tolist() == pytest.approx(expected)
+    assert tb.attention_mask[6:].sum(-1).tolist() == [1, 1]  # a padding row attends to one token, never none
+
+
+def test_ragged_groups_get_advantages_and_std_scaling_of_their_own():
+    from vfrl.trainer.advantages import group_advantages, reward_stats
+
+    r = torch.tensor([1.0, 0.0, 0.5, 3.0, 1.0])  # groups of 2, 0, 1, 2
+    assert group_advantages(r, [2, 0, 1, 2]).tolist() == [0.5, -0.5, 0.0, 1.0, -1.0]
+    scaled = group_advantages(r, [2, 0, 1, 2], scale_rewards=True)
+    assert scaled[2] == 0.0 and torch.allclose(scaled[3:], torch.tensor([1.0, -1.0]) / (math.sqrt(2) + 1e-4))
+    assert reward_stats(r, r, [2, 0, 1, 2])["zero_std_groups"] == pytest.approx(1 / 3)  # the group of one
+
+
+def test_a_whole_batch_lost_stops_the_run_with_one_line():
+    env = env_with(right, questions=["x" * 80, "y" * 80])
+    orch, _ = orchestrator(env, FakeOpenAI(reverse, max_model_len=60), batch_size=4)
+    with pytest.raises(BatchLost) as e:
+        run(orch.generate(2, "m", 2))
+    assert str(e.value) == ("step 3: all 4 rollouts were dropped: 4 rejected (HTTP 400: This model's maximum context "
+                            "length is 60 tokens); nothing to train on, the run stops")
+
+
+def test_reward_errors_are_counted_per_function_and_warned_about_below_the_limit():
+    def flaky(completion):
+        if completion[-1]["content"] == "fe":
+            raise ValueError("cannot score 'fe'")
+        return 1.0
+
+    env = env_with(right, flaky, questions=["ab", "cd", "ef", "gh"])
+    orch, _ = orchestrator(env, FakeOpenAI(reverse), max_reward_error_fraction=0.5)
+    batch = run(orch.generate(0, "m", 0))
+    assert batch.metrics["reward_errors/flaky"] == 2.0 and batch.metrics["reward_errors/right"] == 0.0
+    assert [r.reward for r in batch.rollouts if r.reward_errors] == [0.0, 0.0]
+    assert batch.warning == "step 1: reward function 'flaky' failed on 2 of 8, scored 0 (raised ValueError: cannot score 'fe')"
+
+
+def test_a_reward_function_failing_on_most_rollouts_stops_the_run_with_one_line():
+    def mostly_broken(completion):
+        if completion[-1]["content"] != "ba":
+            raise ZeroDivisionError("division by zero")
+        return 1.0
+
+    env = env_with(right, mostly_broken, questions=["ab", "cd", "ef", "gh"])
+    orch, _ = orchestrator(env, FakeOpenAI(reverse))
+    with pytest.raises(RewardFunctionFailing) as e:
+        run(orch.generate(0, "m", 0))
+    assert str(e.value) == (
+        "step 1: reward function 'mostly_broken' failed on 6 of 8 rollouts (more than "
+        "trainer.args.max_reward_error_fraction = 0.5), e.g. it raised ZeroDivisionError: division by zero; "
+        "fix the function, or raise the limit to train on through it")
+    orch, _ = orchestrator(env, FakeOpenAI(reverse), max_reward_error_fraction=1.0)  # 1: never stops
+    assert run(orch.generate(0, "m", 0)).metrics["reward_errors/mostly_broken"] == 6.0
+
+
+def test_a_step_without_faults_logs_zero_counts_and_no_warning():
+    orch, _ = orchestrator(env_with(right, questions=["ab", "cd", "ef", "gh"]), FakeOpenAI(reverse))
+    batch = run(orch.generate(0, "m", 0))
+    assert batch.warning is None and batch.group_sizes == [2, 2, 2, 2]
+    assert batch.metrics == {"rollouts_dropped": 0.0, "rollouts_rejected": 0.0, "rollouts_timed_out": 0.0,
+                             "rollouts_ended_early": 0.0, "reward_errors/right": 0.0}
+
+
+def test_eval_counts_dropped_rollouts_and_survives_losing_them_all():
+    faults = RolloutFaults()
+    faults.drop("rejected", "HTTP 400: too long")
+    assert summarize([], faults) == {"eval/num_rollouts": 0.0, "eval/rollouts_dropped": 1.0}
+
+
+def test_a_pending_batch_keeps_its_group_sizes_and_warning_through_a_checkpoint():
+    from vfrl.trainer.checkpoint import batch_from_json, batch_to_json
+
+    orch, _ = orchestrator(env_with(right, questions=["ab", "x" * 80]), FakeOpenAI(reverse, max_model_len=60),
+                           batch_size=4)
+    batch = run(orch.generate(0, "m", 0))
+    again = batch_from_json(json.loads(json.dumps(batch_to_json(batch))))
+    assert again.sizes() == batch.sizes() and 0 in again.sizes() and again.warning == batch.warning
+
+
+def test_rollout_timeout_must_fit_in_the_batch_timeout():
+    with pytest.raises(ValueError, match=r"rollout_timeout = 300.0 is invalid: must be at most generation_timeout \(120\)"):
+        TrainerArgs(generation_timeout=120)

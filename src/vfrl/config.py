@@ -131,6 +131,10 @@ class TrainerArgs(Strict):
         300.0, gt=0, description="Seconds one rollout may take from when it gets a request slot: its model turns, "
         "environment replies and scoring. One that is not done is dropped and counted (rollouts_timed_out); a reward "
         "function still running then scores 0 instead. At most generation_timeout, the limit of the whole batch.")
+    max_reward_error_fraction: float = Field(
+        0.5, ge=0, le=1, description="Stop the run when one reward function fails (raises, hangs, returns NaN or "
+        "not a number) on more than this fraction of a step's scored rollouts; 1 never stops. Failures below it "
+        "score 0, are counted (reward_errors/<function>) and warned about.")
 
     @model_validator(mode="after")
     def _rollout_within_batch_timeout(self) -> "TrainerArgs":

@@ -211,7 +211,7 @@ class RLTrainer:
         """
         a = self.args
         world = self.ranks.world_size
-        tb, rewards = make_train_batch(batch.rollouts, a, self.pad_id)
+        tb, rewards = make_train_batch(batch.rollouts, a, self.pad_id, batch.sizes())
         weights = loss_weights(tb.loss_mask, a.loss_normalization, a.max_tokens)  # whole-batch normalization
         num_loss_tokens = int(tb.loss_mask.sum())
         starts = list(range(0, len(tb), a.micro_batch_size))
@@ -247,10 +247,11 @@ class RLTrainer:
             "clip_fraction_high": m["high"] / (n_tok * n_it),
             "masked_fraction": (m["low"] + m["high"]) / (n_tok * n_it),  # loss tokens a ratio bound took out
             **({"kl": m["kl"] / n_tok} if a.beta > 0 else {}),
-            **reward_stats(torch.tensor([r.reward for r in batch.rollouts]), rewards, a.rollouts_per_example),
+            **reward_stats(torch.tensor([r.reward for r in batch.rollouts]), rewards, batch.sizes()),
             "completion_len": sum(len(r.completion_ids) for r in batch.rollouts) / len(batch.rollouts),
-            "truncated_fraction": float(tb.truncated.float().mean()),
+            "truncated_fraction": float(tb.truncated[: len(batch.rollouts)].float().mean()),  # not the padding
             "loss_tokens": num_loss_tokens,
+            **batch.metrics,  # the step's faulty rollouts, see step_faults.py
         }
         for name in batch.rollouts[0].metrics:
             out[f"reward/{name}"] = sum(r.metrics.get(name, 0.0) for r in batch.rollouts) / len(batch.rollouts)
@@ -416,6 +417,8 @@ class RLTrainer:
             for r in batch.rollouts:
                 f.write(json.dumps(rollout_row(r)) + "\n")
         self.console.step(record)
+        if batch.warning:
+            self.console.warn(batch.warning)
         if alert:
             self.console.warn(f"step {step}: {alert}")
         show = a.log_completions and step % a.logging_steps == 0
@@ -431,4 +434,5 @@ class RLTrainer:
 
 def rollout_row(r) -> dict:
     return {"example_id": r.example_id, "prompt": r.prompt, "completion": r.completion, "answer": r.answer,
-            "reward": r.reward, "metrics": r.metrics, "policy": r.policy}
+            "reward": r.reward, "metrics": r.metrics, "policy": r.policy,
+            "reward_errors": r.reward_errors, "error": r.error}  # why it scored 0 / ended early
