@@ -188,7 +188,7 @@ def evaluate(
     Against vLLM the rollouts keep their token ids and logprobs; any other OpenAI-compatible server is evaluated on text (see --token-ids).
 
     Defaults can come from \\[tool.vfrl.eval] in the environment's pyproject.toml; flags win."""
-    from vfrl.environments.loader import EnvironmentNotFound, load_environment
+    from vfrl.environments.loader import EnvironmentLoadError, load_environment
 
     try:
         defaults, source = read_eval_defaults(env_id)
@@ -208,14 +208,8 @@ def evaluate(
 
     try:
         env = load_environment(env_id, **args)
-    except EnvironmentNotFound as e:
+    except EnvironmentLoadError as e:  # one line: the package and the error (args refused, a raise, not an env)
         fail(PROG, str(e))
-    except TypeError as e:
-        if "argument" not in str(e):
-            raise
-        fail(PROG, f"environment '{env_id}' does not take these args {args}: {e}")
-    except ValueError as e:  # load_environment's own check of its args
-        fail(PROG, f"environment '{env_id}' rejected its args {args}: {e}")
     data = env.eval_dataset if env.eval_dataset is not None else env.dataset
     split = "eval" if env.eval_dataset is not None else "train"
     n = len(data) if opts["num_examples"] < 0 else min(opts["num_examples"], len(data))
