@@ -1,12 +1,17 @@
 """An environment that does not load: one line naming the environment, its package and the error, from
-load_environment and vf-eval.
+load_environment, vf-eval and vf-train; the traceback only in the trainer's log.
 
-No server is needed: loading happens before anything talks to one.
+No server is needed: loading happens before anything talks to one (vf-train loads the model and the
+environment before it waits for vLLM).
 """
 
+import os
+import subprocess
 import sys
 
 import pytest
+import tomli_w
+from conftest import BIN
 from test_env_cli import one_error_line, run_cli
 
 import vfrl
@@ -65,3 +70,23 @@ def test_vf_eval_gives_the_same_one_line(broken_envs):
         sys.modules.pop(env_id.replace("-", "_"), None)
         assert one_error_line(run_cli("vf-eval", env_id, "-b", "http://127.0.0.1:9/v1"), "vf-eval") == \
             f"vf-eval: error: {e.value}"
+
+
+def test_vf_train_prints_one_line_and_puts_the_traceback_in_its_log(broken_envs, tiny_model):
+    """The real console script, as vf-rl's pane runs it (the log exists: the pane tees into it)."""
+    run_dir = broken_envs / "run"
+    (run_dir / "logs").mkdir(parents=True)
+    log = run_dir / "logs" / "trainer.log"
+    log.write_text("")
+    (run_dir / "config.toml").write_text(tomli_w.dumps({
+        "model": str(tiny_model), "env": {"id": "raises-env-mod"},
+        "trainer": {"gpus": 0, "args": {"output_dir": str(broken_envs), "max_tokens": 8, "max_seq_len": 64}}}))
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "",
+           "PYTHONPATH": os.pathsep.join([str(broken_envs), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([str(BIN / "vf-train"), "@", str(run_dir / "config.toml")], env=env, cwd=broken_envs,
+                          capture_output=True, text=True, timeout=300)
+    line = ("vf-train: error: environment 'raises-env-mod' (module raises_env_mod): load_environment() raised "
+            "ValueError: size 3 is too big; use at most 2 (at raises_env_mod.py:2)")
+    assert one_error_line(done, "vf-train") == line
+    assert "Traceback" not in done.stdout
+    assert "Traceback" in log.read_text() and "raise ValueError" in log.read_text()

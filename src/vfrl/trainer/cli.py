@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import traceback
 from pathlib import Path
 from typing import Annotated
 
@@ -25,6 +26,8 @@ def train(
     from transformers.utils import logging as hf_logging
 
     from vfrl.config import load_config
+    from vfrl.environments.loader import EnvironmentLoadError
+    from vfrl.trainer.step_faults import RolloutFaultError
     from vfrl.trainer.trainer import RLTrainer
 
     hf_logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bar, every sync and checkpoint
@@ -35,6 +38,14 @@ def train(
     url = base_url or f"http://{host}:{cfg.inference.port}/v1"
     try:
         RLTrainer(cfg, run_dir, url, os.environ.get(API_KEY_ENV, "EMPTY")).train()
+    except (EnvironmentLoadError, RolloutFaultError) as e:
+        # one line in the pane; the traceback only in the log that vf-rl tees this output to (launcher/plan.py)
+        log = run_dir / "logs" / "trainer.log"
+        if log.exists():
+            with open(log, "a") as f:
+                traceback.print_exception(e, file=f)
+        typer.secho(f"vf-train: error: {e}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(1) from None
     except KeyboardInterrupt:  # Ctrl-C in the pane or `vf-rl stop`: adapters are written atomically, so whole
         print("vf-train: interrupted; the adapters in the run directory are complete", flush=True)
         raise typer.Exit(130)
