@@ -15,6 +15,7 @@ from conftest import BIN, ROOT
 from fake_openai import FakeOpenAI
 
 import vfrl
+from vfrl.environments.loader import EnvironmentLoadError
 
 SEMAPHORE_SIZE = 8
 
@@ -70,7 +71,7 @@ def test_arithmetic_rows_are_right_and_seeded():
     assert [r["question"] for r in again.dataset] == [r["question"] for r in env.dataset]
     assert {r["info"]["steps"] for r in env.dataset} == {1, 2}
     assert env.dataset[0]["prompt"][0] == {"role": "system", "content": r"Solve the problem. Give only the final number, as \boxed{answer}."}
-    with pytest.raises(ValueError, match="max_number"):
+    with pytest.raises(EnvironmentLoadError, match="max_number"):
         vfrl.load_environment("arithmetic", max_number=1)
 
 
@@ -99,9 +100,9 @@ def test_reasoning_gym_task_config_and_mistakes():
     env = vfrl.load_environment("reasoning-gym", gym="leg_counting", num_train_examples=5, num_eval_examples=1,
                                 config={"min_animals": 1, "max_animals": 1})
     assert all(r["question"].split(" you have ")[-1].count(",") == 0 for r in env.dataset)  # one kind of animal
-    with pytest.raises(ValueError, match="did you mean leg_counting"):
+    with pytest.raises(EnvironmentLoadError, match="did you mean leg_counting"):
         vfrl.load_environment("reasoning-gym", gym="leg_countin")
-    with pytest.raises(ValueError, match="rejected config"):
+    with pytest.raises(EnvironmentLoadError, match="rejected config"):
         vfrl.load_environment("reasoning-gym", config={"no_such_setting": 1})
 
 

@@ -48,6 +48,9 @@ BAD_CONFIGS = [
     (HEAD + "[inference]\ngpus = 4\n[inference.args]\ntensor_parallel_size = 2\ndata_parallel_size = 4\n",
      "inference.args.data_parallel_size = 4 is invalid: must be inference.gpus / tensor_parallel_size = 2, "
      "or left out (vf-rl sets it)"),
+    (HEAD + "[trainer.args]\ngeneration_timeout = 120\n",  # rollout_timeout left at its default, 300
+     "trainer.args.rollout_timeout = 300.0 is invalid: must be at most generation_timeout (120), the time limit of "
+     "a whole batch of rollouts"),
     (HEAD + '[trainer]\ngpus = "two"\n',
      "trainer.gpus = \"two\" is invalid: must be a valid integer, unable to parse string as an integer"),
     ('model = "m"\n[env\n', "not valid TOML"),

@@ -36,7 +36,7 @@ def test_group_of_one_has_zero_advantage_even_when_scaled():
 
 def test_reward_stats():
     env = torch.tensor([1.0, 1.0, 0.0, 1.0])
-    s = reward_stats(env, env, group_size=2)
+    s = reward_stats(env, env, group_sizes=2)
     assert s["reward_mean"] == 0.75
     assert math.isclose(s["reward_std"], 0.5)  # unbiased std of (1, 1, 0, 1)
     assert s["zero_std_groups"] == 0.5  # the first group (1, 1) carries no signal

@@ -137,6 +137,29 @@ def test_environment_tokens_train_only_when_unmasked(tiny_model, tmp_path):
     assert stats["mismatch_kl"] < 1e-6 and stats["masked_fraction"] == 0.0
 
 
+def test_a_batch_that_lost_rollouts_trains_logs_its_fault_counts_and_warns(tiny_model, tmp_path, capsys):
+    """Faults left group 1 with one rollout of four (tests/test_rollout_faults.py makes such batches)."""
+    import json
+
+    trainer = make_trainer(tiny_model, tmp_path, micro_batch_size=2)
+    batch = fake_batch(trainer)
+    batch.rollouts = batch.rollouts[: GROUP + 1]
+    batch.group_sizes = [GROUP, 1]
+    batch.rollouts[0].reward, batch.rollouts[0].reward_errors = 0.0, {"lcs": "returned nan"}
+    batch.metrics = {"rollouts_dropped": 3.0, "reward_errors/lcs": 1.0}
+    batch.warning = "step 1: 3 of 8 rollouts dropped: 3 timed out (example 1 not done after 300s)"
+    before = trainable(trainer)
+    stats = trainer.train_step(batch)
+    assert math.isfinite(stats["loss"]) and stats["grad_norm"] > 0 and changed(before, trainer)
+    assert stats["loss_tokens"] == sum(len(r.completion_ids) for r in batch.rollouts)
+    assert stats["rollouts_dropped"] == 3.0 and stats["reward_errors/lcs"] == 1.0
+    assert stats["zero_std_groups"] == 0.5  # the group of one has no spread
+    trainer.log(1, {"step": 1, "max_steps": 4, **stats}, batch)
+    assert f"!!! WARNING: {batch.warning}" in capsys.readouterr().out
+    rows = [json.loads(x) for x in (tmp_path / "rollouts" / "step_1.jsonl").read_text().splitlines()]
+    assert len(rows) == GROUP + 1 and rows[0]["reward_errors"] == {"lcs": "returned nan"} and rows[1]["reward_errors"] == {}
+
+
 # ---- logprobs and the reference policy ----
 def lora_model(model_dir, seed=0):
     from peft import LoraConfig, get_peft_model

@@ -129,6 +129,23 @@ class TrainerArgs(Strict):
     inference_timeout: float = Field(
         120.0, gt=0, description="Seconds without an answer from vLLM's /health before the trainer treats the "
         "server as hung: it writes an emergency checkpoint and exits with code 3 (as when the server dies).")
+    # ---- faulty rollouts (docs/environments.md, "Faulty rollouts") ----
+    rollout_timeout: float = Field(
+        300.0, gt=0, description="Seconds one rollout may take from when it gets a request slot: its model turns, "
+        "environment replies and scoring. One that is not done is dropped and counted (rollouts_timed_out); a reward "
+        "function still running then scores 0 instead. At most generation_timeout, the limit of the whole batch.")
+    max_reward_error_fraction: float = Field(
+        0.5, ge=0, le=1, description="Stop the run when one reward function fails (raises, hangs, returns NaN or "
+        "not a number) on more than this fraction of a step's scored rollouts; 1 never stops. Failures below it "
+        "score 0, are counted (reward_errors/<function>) and warned about.")
+
+    @model_validator(mode="after")
+    def _rollout_within_batch_timeout(self) -> "TrainerArgs":
+        if self.rollout_timeout > self.generation_timeout:
+            raise RuleError([("rollout_timeout", self.rollout_timeout,
+                              f"must be at most generation_timeout ({self.generation_timeout:g}), the time limit of "
+                              f"a whole batch of rollouts")])
+        return self
     # saving / eval
     save_strategy: Literal["no", "steps"] = "no"
     save_steps: int = Field(50, ge=1)

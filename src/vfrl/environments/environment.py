@@ -18,6 +18,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from vfrl.environments.faults import RolloutFaults, is_rejected_request, request_error_text, start_clock, time_left
 from vfrl.environments.parsers import Parser
 from vfrl.environments.rubric import Rubric
 
@@ -47,6 +48,8 @@ class Rollout:
     # (record_tokens=False: plain chat requests, no token sequence kept)
     sequence_mode: str = "chat"
     error: str | None = None  # why the rollout ended early, if a request failed
+    # reward function name -> what went wrong (raised, hung, NaN, not a number); reward is 0 when any did
+    reward_errors: dict[str, str] = field(default_factory=dict)
 
 
 def as_rows(data: Any, what: str) -> list[dict[str, Any]]:
@@ -126,6 +129,7 @@ class Environment:
             prompt=rollout.prompt, completion=rollout.completion, answer=rollout.answer,
             state=state, task=rollout.task, info=rollout.info,
         )
+        rollout.reward_errors = dict(state.get("reward_errors") or {})  # the rubric's record, see rubric.py
         return rollout
 
     def rows(self, eval: bool = False) -> list[dict[str, Any]]:
@@ -134,20 +138,44 @@ class Environment:
         return self.dataset or self.eval_dataset or []
 
     async def run_group(self, client, model: str, example_id: int, n: int, sampling: dict[str, Any],
-                        semaphore: asyncio.Semaphore, eval: bool = False, record_tokens: bool = True) -> list[Rollout]:
-        """`n` scored rollouts of one example; the semaphore bounds concurrent rollouts.
-        `record_tokens=False`: text mode, see `rollout_with_state`."""
+                        semaphore: asyncio.Semaphore, eval: bool = False, record_tokens: bool = True,
+                        faults: RolloutFaults | None = None) -> list[Rollout]:
+        """Up to `n` scored rollouts of one example; the semaphore bounds concurrent rollouts.
+        `record_tokens=False`: text mode, see `rollout_with_state`. `faults`: each rollout gets
+        `faults.timeout` seconds from when it gets its slot (scoring included), and one the server
+        rejects or that runs out of time is left out and counted there (see faults.py); without it
+        every error propagates and there is no time limit."""
         data = self.rows(eval)
         row = data[example_id % len(data)]
 
-        async def one(j: int) -> Rollout:
+        async def one(j: int) -> Rollout | None:
             # a `seed` names the group; sample j draws with seed + j, so samples differ yet replay exactly
             s = {**sampling, "seed": sampling["seed"] + j} if sampling.get("seed") is not None else sampling
+            late = f"example {example_id} not done after {faults.timeout:g}s" if faults and faults.timeout else ""
             async with semaphore:
-                r, state = await self.rollout_with_state(client, model, row, example_id, s, record_tokens=record_tokens)
-            return await self.score(r, state)
+                # gather runs each rollout in its own task, so the clock is this rollout's alone; it starts
+                # with the slot, as waiting behind other rollouts is not this one's stall
+                start_clock(faults.timeout if faults else None)
+                try:
+                    async with asyncio.timeout(time_left()) as limit:
+                        r, state = await self.rollout_with_state(client, model, row, example_id, s,
+                                                                 record_tokens=record_tokens)
+                except TimeoutError:
+                    if not limit.expired():
+                        raise
+                    faults.drop("timed_out", late)
+                    return None
+                except Exception as e:
+                    if faults is None or not is_rejected_request(e):
+                        raise
+                    faults.drop("rejected", request_error_text(e))
+                    return None
+            if (left := time_left()) is not None and left <= 0:  # no time left to score it in
+                faults.drop("timed_out", late)
+                return None
+            return await self.score(r, state)  # the rubric keeps to the time left, see rubric.py
 
-        return list(await asyncio.gather(*(one(j) for j in range(n))))
+        return [r for r in await asyncio.gather(*(one(j) for j in range(n))) if r is not None]
 
     async def evaluate(self, client, model: str, num_examples: int = -1, rollouts_per_example: int = 1,
                        sampling: dict[str, Any] | None = None, max_concurrent: int = 32,

@@ -1,16 +1,33 @@
-"""Find and load an environment package by id."""
+"""Find and load an environment package by id.
+
+Whatever goes wrong on the way (the id names no package, its import fails, its `load_environment`
+refuses the args, raises, or returns something that is not an environment) is an
+`EnvironmentLoadError` whose message is one line naming the environment, its package and the error,
+with the file and line it came from; the original exception is its `__cause__`, so the traceback is
+there for the log. vf-train and vf-eval print the line alone.
+"""
 
 from __future__ import annotations
 
 import importlib
+import inspect
+import traceback
 from importlib.metadata import entry_points
+from pathlib import Path
 
 from vfrl.environments.environment import Environment
+from vfrl.environments.faults import one_line
 
 ENTRY_POINT_GROUP = "vfrl.environments"
 
 
-class EnvironmentNotFound(LookupError):
+class EnvironmentLoadError(RuntimeError):
+    """An environment could not be loaded; the message is one line."""
+
+    worded_for_users = True  # vf-train prints the message alone (trainer/failure.py: describe)
+
+
+class EnvironmentNotFound(EnvironmentLoadError, LookupError):
     pass
 
 
@@ -18,32 +35,64 @@ def installed_environments() -> list[str]:
     return sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
 
 
+def where(e: BaseException) -> str:
+    """`file.py:12`: where e was raised, the innermost frame that is neither importlib's nor this file's
+    ('' when there is none, e.g. a SyntaxError, whose message names the place itself)."""
+    for frame in reversed(traceback.extract_tb(e.__traceback__)):
+        if not frame.filename.startswith("<") and "/importlib/" not in frame.filename and frame.filename != __file__:
+            return f"{Path(frame.filename).name}:{frame.lineno}"
+    return ""
+
+
+def failure(what: str, e: BaseException) -> EnvironmentLoadError:
+    at = where(e)
+    return EnvironmentLoadError(one_line(f"{what} {type(e).__name__}: {e}" + (f" (at {at})" if at else ""), 400))
+
+
 def load_environment(env_id: str, **env_args) -> Environment:
     """`reverse-text` -> the `vfrl.environments` entry point of that name, else module `reverse_text`.
 
     The target is a `load_environment(**env_args)` function (or a module that has one).
     """
-    target = None
+    target, package = None, None
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name in (env_id, env_id.replace("_", "-")):
-            target = ep.load()
+            package = f"package {ep.dist.name} {ep.dist.version}" if ep.dist else f"entry point {ep.value}"
+            try:
+                target = ep.load()
+            except Exception as e:
+                raise failure(f"environment '{env_id}' ({package}): importing {ep.value} raised", e) from e
             break
     if target is None:
         module_name = env_id.replace("-", "_").split("/")[-1]
+        package = f"module {module_name}"
         try:
             target = importlib.import_module(module_name)
         except ModuleNotFoundError as e:
             if e.name != module_name:
-                raise
+                raise failure(f"environment '{env_id}' ({package}): importing it raised", e) from e
             have = ", ".join(installed_environments()) or "none"
             raise EnvironmentNotFound(
                 f"environment '{env_id}' is not installed (installed: {have}); "
                 f"install it with `pip install -e environments/{module_name}`"
             ) from None
+        except Exception as e:
+            raise failure(f"environment '{env_id}' ({package}): importing it raised", e) from e
     func = getattr(target, "load_environment", target)
     if not callable(func):
-        raise EnvironmentNotFound(f"environment '{env_id}' has no load_environment() function")
-    env = func(**env_args)
+        raise EnvironmentNotFound(f"environment '{env_id}' ({package}) has no load_environment() function")
+    try:
+        inspect.signature(func).bind(**env_args)
+    except TypeError as e:
+        raise EnvironmentLoadError(
+            f"environment '{env_id}' ({package}) does not take these args {env_args}: {e}") from None
+    except ValueError:  # no signature to check (a builtin): let the call say
+        pass
+    try:
+        env = func(**env_args)
+    except Exception as e:
+        raise failure(f"environment '{env_id}' ({package}): load_environment() raised", e) from e
     if not isinstance(env, Environment):
-        raise TypeError(f"load_environment() of '{env_id}' returned {type(env).__name__}, not a vfrl Environment")
+        raise EnvironmentLoadError(f"environment '{env_id}' ({package}): load_environment() returned "
+                                   f"{type(env).__name__}, not a vfrl Environment")
     return env

@@ -12,9 +12,8 @@ import inspect
 import logging
 from typing import Any
 
-import openai
-
 from vfrl.environments.environment import Environment, Messages, Rollout
+from vfrl.environments.faults import is_rejected_request, request_error_text
 from vfrl.environments.sampling import SequenceError, TurnSampler
 
 log = logging.getLogger(__name__)
@@ -65,13 +64,14 @@ class MultiTurnEnv(Environment):
         while not await maybe_await(self.is_completed(messages, state)):
             try:
                 turn = await sampler.sample(messages, new)
-            except (openai.BadRequestError, SequenceError) as e:
-                if not sampler.turns:
-                    raise  # the first request failed: the prompt or the sampling arguments are wrong
-                # a later turn no longer fits the context window (or cannot be joined to the
-                # sequence): end the rollout with what we have
+            except Exception as e:
+                if not sampler.turns or not (isinstance(e, SequenceError) or is_rejected_request(e)):
+                    raise  # nothing sampled yet (run_group may drop the rollout), or not about this request
+                # a later turn no longer fits the context window, the server refused it (a malformed
+                # tool call in the history) or it cannot be joined to the sequence: end the rollout
+                # with the turns it has, all of them sampled and trainable
                 log.warning("rollout of example %s ended at turn %d: %s", example_id, state["turn"], e)
-                error, state["truncated"] = str(e), True
+                error, state["truncated"] = request_error_text(e) if is_rejected_request(e) else str(e), True
                 break
             messages.append(turn.message)
             completion.append(turn.message)

@@ -1,19 +1,32 @@
 """Rubric: weighted reward functions. Each function receives only the arguments it names.
 
 The reward is the weighted sum of the functions' scores; each score is also a metric under the
-function's name. A function that raises scores 0, is counted in the `reward_errors` metric, and the
-rollout goes on: a broken reward function must never stop training.
+function's name. A function that fails (raises, returns NaN, infinity or something that is not a
+number, or is still running when the rollout's time limit is up) scores 0, is counted in the
+`reward_errors` metric, and makes the rollout's reward 0: a partial sum would depend on which
+function broke. Why it failed goes to `state["reward_errors"]` (name -> reason), which the
+environment copies onto the rollout. The other functions still run (those after one that used
+up the time limit do not), and training goes on.
+
+Sync functions run in worker threads (daemon_pool.py), so that one that never returns can be given
+up on at the time limit; they may therefore run concurrently with other rollouts' functions.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
+import math
 from typing import Any, Callable
+
+from vfrl.environments.daemon_pool import DaemonPool
+from vfrl.environments.faults import one_line, time_left
 
 log = logging.getLogger(__name__)
 
 RewardFunc = Callable[..., float]
+SYNC_FUNCS = DaemonPool("reward-function", size=16)  # I/O-bound sync functions (an HTTP judge) overlap
 REWARD_ARGS = ("prompt", "completion", "answer", "state", "task", "info", "parser")
 
 
@@ -45,24 +58,51 @@ class Rubric:
         return names
 
     async def score(self, **available: Any) -> tuple[float, dict[str, float]]:
-        """Returns (weighted reward, {func name: score, "reward_errors": count})."""
+        """Returns (weighted reward, {func name: score, "reward_errors": count}); reward 0 if any failed."""
         available.setdefault("parser", self.parser)
-        available.setdefault("state", {})
+        state = available.setdefault("state", {})
         metrics: dict[str, float] = {}
-        errors = 0
+        errors: dict[str, str] = {}
         for func, name in zip(self.funcs, self.metric_names()):
-            try:
-                value = call_with_named_args(func, available)
-                if inspect.isawaitable(value):
-                    value = await value
-                metrics[name] = float(value)
-            except Exception as e:  # a broken reward function must not stop training
-                log.warning("reward function %s raised %r; scored 0", name, e)
-                metrics[name] = 0.0
-                errors += 1
-        reward = sum(w * metrics[n] for n, w in zip(self.metric_names(), self.weights))
-        metrics["reward_errors"] = float(errors)
+            if errors and (left := time_left()) is not None and left <= 0:
+                metrics[name] = 0.0  # not run: the function that used the time up is the one to blame
+                continue
+            metrics[name], error = await call_reward_func(func, available)
+            if error is not None:
+                log.debug("reward function %s %s; scored 0", name, error)
+                errors[name] = error
+        reward = 0.0 if errors else sum(w * metrics[n] for n, w in zip(self.metric_names(), self.weights))
+        metrics["reward_errors"] = float(len(errors))
+        if errors:
+            state.setdefault("reward_errors", {}).update(errors)
         return reward, metrics
+
+
+async def call_reward_func(func: RewardFunc, available: dict[str, Any]) -> tuple[float, str | None]:
+    """(score, None), or (0.0, why it failed) when the function raised, returned no finite number or
+    overran the rollout's time limit."""
+    try:
+        async with asyncio.timeout(time_left()) as limit:
+            if inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None)):
+                value = call_with_named_args(func, available)
+            else:
+                value = await SYNC_FUNCS.run(lambda: call_with_named_args(func, available))
+            if inspect.isawaitable(value):
+                value = await value
+    except Exception as e:  # a broken reward function must not stop training
+        if isinstance(e, TimeoutError) and limit.expired():
+            return 0.0, "did not return within the rollout's time limit"
+        return 0.0, one_line(f"raised {type(e).__name__}: {e}")
+    # numbers of any kind (bool, numpy, 0-d tensors) have __float__; a str would parse, but is a bug
+    if isinstance(value, (str, bytes)) or not hasattr(type(value), "__float__"):
+        return 0.0, one_line(f"returned {type(value).__name__} {value!r}, not a number", 120)
+    try:
+        score = float(value)
+    except Exception as e:  # e.g. a tensor of several elements
+        return 0.0, one_line(f"returned {type(value).__name__} that float() refused: {e}", 120)
+    if not math.isfinite(score):
+        return 0.0, f"returned {score}"
+    return score, None
 
 
 class RubricGroup(Rubric):
@@ -81,10 +121,11 @@ class RubricGroup(Rubric):
         return list(dict.fromkeys(n for r in self.rubrics for n in r.metric_names()))
 
     async def score(self, **available: Any) -> tuple[float, dict[str, float]]:
+        available.setdefault("state", {})  # one dict for every rubric, so their reward_errors land together
         total, merged = 0.0, {}
         for rubric in self.rubrics:
             reward, metrics = await rubric.score(**{**available, "parser": rubric.parser})
             total += reward
             for name, value in metrics.items():
                 merged[name] = merged.get(name, 0.0) + value
-        return total, merged
+        return (0.0 if merged.get("reward_errors") else total), merged

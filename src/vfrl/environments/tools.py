@@ -14,7 +14,6 @@ state in `update_tool_args` (a sandbox id, a session, the example's data).
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import re
@@ -22,10 +21,14 @@ import types
 import typing
 from typing import Any, Callable, Literal
 
+from vfrl.environments.daemon_pool import DaemonPool
 from vfrl.environments.environment import Messages
 from vfrl.environments.multiturn import MultiTurnEnv
 from vfrl.environments.sampling import parse_tool_calls
 
+# not asyncio.to_thread: a tool that hangs would hold one of the default executor's few threads for good,
+# the trainer's own to_thread calls wait on the same threads, and the rollout time limit abandons it
+SYNC_TOOLS = DaemonPool("tool", size=16)
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object", list: "array"}
 
 
@@ -112,7 +115,10 @@ class ToolEnv(MultiTurnEnv):
 
     async def call_tool(self, tool_name: str, tool_args: dict[str, Any]) -> str:
         tool = self.tool_map[tool_name]
-        result = tool(**tool_args) if inspect.iscoroutinefunction(tool) else await asyncio.to_thread(tool, **tool_args)
+        if inspect.iscoroutinefunction(tool):
+            result = tool(**tool_args)
+        else:
+            result = await SYNC_TOOLS.run(lambda: tool(**tool_args))
         if inspect.isawaitable(result):
             result = await result
         return result if isinstance(result, str) else json.dumps(result, default=str)

@@ -3,27 +3,40 @@
 import torch
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int, scale_rewards: bool = False) -> torch.Tensor:
-    """rewards: (N,) with groups of `group_size` consecutive rollouts -> advantages (N,).
+def group_ids(group_sizes: int | list[int], n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sizes (G,), group index of each of the n rollouts (n,)). An int is every group's size; a list
+    gives each group's, possibly fewer (faults dropped rollouts) or 0 (the whole group lost)."""
+    sizes = torch.tensor([group_sizes] * (n // group_sizes) if isinstance(group_sizes, int) else group_sizes)
+    if int(sizes.sum()) != n:
+        raise ValueError(f"group sizes {sizes.tolist()} do not add up to the {n} rollouts")
+    return sizes, torch.repeat_interleave(torch.arange(len(sizes)), sizes)
+
+
+def group_advantages(rewards: torch.Tensor, group_sizes: int | list[int], scale_rewards: bool = False) -> torch.Tensor:
+    """rewards: (N,), consecutive groups of `group_sizes` rollouts -> advantages (N,).
 
     A = r - mean(group); with `scale_rewards`, also divided by the group's std (+1e-4).
     A group of one has no baseline to compare with: its advantage is 0.
     """
-    grouped = rewards.view(-1, group_size)  # (G, group_size)
-    adv = grouped - grouped.mean(dim=1, keepdim=True)
-    if scale_rewards and group_size > 1:
-        adv = adv / (grouped.std(dim=1, keepdim=True) + 1e-4)
-    return adv.reshape(-1)
+    sizes, gid = group_ids(group_sizes, len(rewards))
+    sums = torch.zeros(len(sizes), dtype=rewards.dtype).index_add_(0, gid, rewards)  # (G,)
+    adv = rewards - (sums / sizes.clamp(min=1))[gid]  # (N,)
+    if scale_rewards:
+        var = torch.zeros(len(sizes), dtype=rewards.dtype).index_add_(0, gid, adv**2) / (sizes - 1).clamp(min=1)
+        adv = torch.where(sizes[gid] > 1, adv / (var.sqrt()[gid] + 1e-4), adv)  # unbiased std, as torch.std
+    return adv
 
 
-def reward_stats(env_rewards: torch.Tensor, train_rewards: torch.Tensor, group_size: int) -> dict[str, float]:
+def reward_stats(env_rewards: torch.Tensor, train_rewards: torch.Tensor,
+                 group_sizes: int | list[int]) -> dict[str, float]:
     """Metrics of a batch. env_rewards: what the rubric gave; train_rewards: what the advantages used
     (they differ only where `zero_truncated_completions` zeroed a truncated rollout)."""
-    grouped = train_rewards.view(-1, group_size)
-    no_signal = (grouped.max(dim=1).values == grouped.min(dim=1).values).float().mean()
+    sizes, _ = group_ids(group_sizes, len(train_rewards))
+    groups = [g for g in torch.split(train_rewards, sizes.tolist()) if len(g)]
+    no_signal = sum(float(g.max() == g.min()) for g in groups) / max(len(groups), 1)
     return {
         "reward_mean": float(env_rewards.mean()),
         "reward_std": float(env_rewards.std()) if len(env_rewards) > 1 else 0.0,
         # groups whose rollouts all got the same reward: advantage 0, no gradient from them
-        "zero_std_groups": float(no_signal),
+        "zero_std_groups": no_signal,
     }

@@ -43,16 +43,22 @@ def is_truncated(rollout: Rollout, max_seq_len: int) -> bool:
 
 
 def collate(rollouts: list[Rollout], advantages: torch.Tensor, max_seq_len: int, pad_id: int,
-            mask_env_responses: bool = True, mask_truncated_completions: bool = False) -> TrainBatch:
+            mask_env_responses: bool = True, mask_truncated_completions: bool = False, rows: int = 0) -> TrainBatch:
+    """`rows`: pad with rows that get no loss up to this many (the places of dropped rollouts)."""
     seqs = [(r.prompt_ids + r.completion_ids)[:max_seq_len] for r in rollouts]
     T = max(len(s) for s in seqs)
-    B = len(seqs)
+    B = max(len(seqs), rows)
     input_ids = torch.full((B, T), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((B, T), dtype=torch.long)
+    # a padding row attends to its first token: a row that attends to nothing can give NaN in some
+    # attention kernels, and 0 x NaN is NaN in the gradient
+    attention_mask[len(seqs):, 0] = 1
     loss_mask = torch.zeros((B, T - 1), dtype=torch.float32)
     sampled_mask = torch.zeros((B, T - 1), dtype=torch.bool)
     sampling_logprobs = torch.zeros((B, T - 1), dtype=torch.float32)
-    truncated = torch.tensor([is_truncated(r, max_seq_len) for r in rollouts], dtype=torch.bool)
+    truncated = torch.zeros(B, dtype=torch.bool)
+    truncated[: len(seqs)] = torch.tensor([is_truncated(r, max_seq_len) for r in rollouts], dtype=torch.bool)
+    advantages = torch.cat([advantages.float(), torch.zeros(B - len(seqs))])
     for i, (r, seq) in enumerate(zip(rollouts, seqs)):
         input_ids[i, : len(seq)] = torch.tensor(seq)
         attention_mask[i, : len(seq)] = 1
@@ -65,8 +71,7 @@ def collate(rollouts: list[Rollout], advantages: torch.Tensor, max_seq_len: int,
         sampling_logprobs[i, span] = torch.tensor(r.completion_logprobs[:n]) * sampled
         if not (mask_truncated_completions and truncated[i]):
             loss_mask[i, span] = (sampled | (not mask_env_responses)).float()
-    return TrainBatch(input_ids, attention_mask, loss_mask, sampled_mask, sampling_logprobs,
-                      advantages.float(), truncated)
+    return TrainBatch(input_ids, attention_mask, loss_mask, sampled_mask, sampling_logprobs, advantages, truncated)
 
 
 def train_rewards(rollouts: list[Rollout], max_seq_len: int, zero_truncated_completions: bool) -> torch.Tensor:
@@ -75,10 +80,15 @@ def train_rewards(rollouts: list[Rollout], max_seq_len: int, zero_truncated_comp
                          for r in rollouts], dtype=torch.float32)
 
 
-def make_train_batch(rollouts: list[Rollout], args, pad_id: int) -> tuple[TrainBatch, torch.Tensor]:
-    """Rollouts of one step -> (TrainBatch, rewards used for the advantages). `args`: TrainerArgs."""
+def make_train_batch(rollouts: list[Rollout], args, pad_id: int,
+                     group_sizes: list[int] | None = None) -> tuple[TrainBatch, torch.Tensor]:
+    """Rollouts of one step -> (TrainBatch, rewards used for the advantages). `args`: TrainerArgs.
+
+    `group_sizes`: rollouts per group where faults dropped some (default: every group full). The
+    TrainBatch keeps `batch_size` rows all the same, the dropped ones as padding without loss, so the
+    micro-batches, their share among trainer processes and dr_grpo's constant are a full batch's."""
     rewards = train_rewards(rollouts, args.max_seq_len, args.zero_truncated_completions)
-    advantages = group_advantages(rewards, args.rollouts_per_example, args.scale_rewards)
+    advantages = group_advantages(rewards, group_sizes or args.rollouts_per_example, args.scale_rewards)
     batch = collate(rollouts, advantages, args.max_seq_len, pad_id, args.mask_env_responses,
-                    args.mask_truncated_completions)
+                    args.mask_truncated_completions, rows=args.batch_size)
     return batch, rewards

@@ -112,13 +112,16 @@ def set_rng_states(states: dict[str, Any]) -> None:
 def batch_to_json(batch: Batch) -> dict[str, Any]:
     return {"step": batch.step, "policy_version": batch.policy_version, "example_ids": batch.example_ids,
             "gen_start": batch.gen_start, "gen_end": batch.gen_end, "metrics": batch.metrics,
+            "group_sizes": batch.group_sizes, "warning": batch.warning,
             "rollouts": [dataclasses.asdict(r) for r in batch.rollouts]}
 
 
 def batch_from_json(data: dict[str, Any]) -> Batch:
+    # group_sizes and warning: absent from checkpoints written before rollouts could be dropped
     return Batch(step=data["step"], policy_version=data["policy_version"], example_ids=data["example_ids"],
                  rollouts=[Rollout(**r) for r in data["rollouts"]], gen_start=data["gen_start"],
-                 gen_end=data["gen_end"], metrics=data.get("metrics", {}))
+                 gen_end=data["gen_end"], metrics=data.get("metrics", {}), group_sizes=data.get("group_sizes"),
+                 warning=data.get("warning"))
 
 
 def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, state: TrainingState,

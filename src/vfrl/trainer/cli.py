@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from vfrl.inference.server import API_KEY_ENV
-from vfrl.trainer.failure import EXIT_ERROR, EXIT_INTERRUPTED, TrainingStopped, log_traceback
+from vfrl.trainer.failure import EXIT_ERROR, EXIT_INTERRUPTED, TrainingStopped, describe, log_traceback
 
 app = typer.Typer(add_completion=False, help=__doc__, pretty_exceptions_enable=False)
 
@@ -39,12 +40,12 @@ def train(
         print("vf-train: interrupted; the adapters in the run directory are complete", flush=True)
         raise typer.Exit(EXIT_INTERRUPTED)
     except TrainingStopped as e:  # dealt with: steps kept, traceback logged
-        print(e.line, flush=True)
+        print(e.line, file=sys.stderr, flush=True)
         raise typer.Exit(e.code)
     except Exception as e:  # before training began (model, environment, ...): one line, the story in the log
         log = run_dir / "logs" / "trainer.log"
         log_traceback(log, e)
-        print(f"vf-train: {type(e).__name__}: {e} (traceback in {log})", flush=True)
+        print(f"vf-train: error: {describe(e)} (traceback in {log})", file=sys.stderr, flush=True)
         raise typer.Exit(EXIT_ERROR)
 
 

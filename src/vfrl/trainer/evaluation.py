@@ -14,6 +14,7 @@ from statistics import mean, pstdev
 
 from vfrl.config import TrainerArgs
 from vfrl.environments.environment import Environment, Rollout
+from vfrl.environments.faults import RolloutFaults
 
 
 def held_out_size(env: Environment, args: TrainerArgs) -> int:
@@ -38,7 +39,10 @@ def is_eval_step(args: TrainerArgs, step: int) -> bool:
     return step == 0 or step % args.eval_steps == 0 or step == args.max_steps
 
 
-def summarize(rollouts: list[Rollout]) -> dict[str, float]:
+def summarize(rollouts: list[Rollout], faults: RolloutFaults | None = None) -> dict[str, float]:
+    dropped = {"eval/rollouts_dropped": float(faults.total)} if faults is not None else {}
+    if not rollouts:  # every eval rollout was dropped: the counts tell why, training goes on
+        return {"eval/num_rollouts": 0.0, **dropped}
     rewards = [r.reward for r in rollouts]
     out = {
         "eval/reward_mean": mean(rewards),
@@ -46,6 +50,7 @@ def summarize(rollouts: list[Rollout]) -> dict[str, float]:
         "eval/completion_len": mean(len(r.completion_ids) for r in rollouts),
         "eval/truncated_fraction": mean(float(r.truncated) for r in rollouts),
         "eval/num_rollouts": float(len(rollouts)),
+        **dropped,
     }
     for name in rollouts[0].metrics:
         out[f"eval/{name}"] = mean(r.metrics.get(name, 0.0) for r in rollouts)
@@ -57,15 +62,16 @@ async def evaluate(env: Environment, client, model: str, args: TrainerArgs, samp
     """Run the eval split with `model`; `seed_of(example_id)` gives each group's request seed."""
     ids, eval_split = eval_example_ids(env, args)
     t0 = time.time()
+    faults = RolloutFaults(timeout=args.rollout_timeout)  # eval rollouts are dropped for the same faults
     groups = await asyncio.wait_for(
         asyncio.gather(*(
             env.run_group(client, model, i, args.eval_rollouts_per_example, {**sampling, "seed": seed_of(i)},
-                          semaphore, eval=eval_split)
+                          semaphore, eval=eval_split, faults=faults)
             for i in ids
         )),
         timeout=args.generation_timeout,
     )
     rollouts = [r for g in groups for r in g]
-    stats = summarize(rollouts)
+    stats = summarize(rollouts, faults)
     stats["eval/time_s"] = time.time() - t0
     return stats, rollouts

@@ -44,6 +44,14 @@ def log_traceback(log: Path, error: BaseException) -> None:
         pass
 
 
+def describe(error: BaseException) -> str:
+    """An error in a few words: the message alone for errors vfrl words for users (`worded_for_users`,
+    e.g. an environment that does not load), else its type and message."""
+    if getattr(error, "worded_for_users", False):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
+
+
 def resume_hint(checkpoint: Path) -> str:
     """`vf-rl @ cfg.toml ... --resume <checkpoint>`: the command that started the run, continuing it."""
     base = os.environ.get(RESUME_COMMAND_ENV)

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 
 from vfrl.config import TrainerArgs
 from vfrl.environments.environment import Environment, Rollout
+from vfrl.environments.faults import RolloutFaults
 from vfrl.trainer.evaluation import evaluate, held_out_size
+from vfrl.trainer.step_faults import check_step
 
 
 @dataclass
@@ -25,7 +27,15 @@ class Batch:
     example_ids: list[int]
     gen_start: float = 0.0  # wall-clock (time.time) bounds of generation
     gen_end: float = 0.0
-    metrics: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)  # the step's fault counts, see step_faults.py
+    # rollouts per group, in example_ids order; fewer where faults dropped some. None: every group full
+    group_sizes: list[int] | None = None
+    warning: str | None = None  # one line about the batch's faults, for the console
+
+    def sizes(self) -> list[int]:
+        if self.group_sizes is not None:
+            return self.group_sizes
+        return [len(self.rollouts) // len(self.example_ids)] * len(self.example_ids)
 
 
 class Orchestrator:
@@ -65,19 +75,26 @@ class Orchestrator:
         return self._order[step * self.examples_per_step : needed]
 
     async def generate(self, step: int, model: str, policy_version: int) -> Batch:
+        """Batch `step`; rollouts lost to their own faults are left out and counted (step_faults.py)."""
+        a = self.args
         ids = self.example_ids(step)
         t0 = time.time()
+        faults = RolloutFaults(timeout=a.rollout_timeout)
         groups = await asyncio.wait_for(
             asyncio.gather(*(
-                self.env.run_group(self.client, model, i, self.args.rollouts_per_example,
-                                   {**self.sampling(), "seed": self.request_seed("train", step, i)}, self.semaphore)
+                self.env.run_group(self.client, model, i, a.rollouts_per_example,
+                                   {**self.sampling(), "seed": self.request_seed("train", step, i)}, self.semaphore,
+                                   faults=faults)
                 for i in ids
             )),
-            timeout=self.args.generation_timeout,
+            timeout=a.generation_timeout,
         )
         rollouts = [r for g in groups for r in g]
+        metrics, warning = check_step(step + 1, rollouts, faults, len(ids) * a.rollouts_per_example,
+                                      a.max_reward_error_fraction)
         return Batch(step=step, policy_version=policy_version, rollouts=rollouts, example_ids=ids,
-                     gen_start=t0, gen_end=time.time())
+                     gen_start=t0, gen_end=time.time(), metrics=metrics, group_sizes=[len(g) for g in groups],
+                     warning=warning)
 
     async def evaluate(self, model: str) -> tuple[dict[str, float], list[Rollout]]:
         """Eval split with `model`; the same seeds at every eval (common random numbers across steps)."""

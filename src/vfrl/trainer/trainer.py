@@ -38,7 +38,9 @@ from vfrl.trainer.console import TrainerConsole
 from vfrl.trainer.distributed import Ranks
 from vfrl.trainer.daemon_thread import in_daemon_thread
 from vfrl.trainer.evaluation import is_eval_step
-from vfrl.trainer.failure import EXIT_ERROR, EXIT_INFERENCE_LOST, TrainingStopped, log_traceback, resume_hint
+from vfrl.trainer.failure import (
+    EXIT_ERROR, EXIT_INFERENCE_LOST, TrainingStopped, describe, log_traceback, resume_hint,
+)
 from vfrl.trainer.inference_watch import InferenceLost, inference_problem, watch_inference
 from vfrl.trainer.monitor import MismatchWatch, WandbSink, append_jsonl, set_aside_after
 from vfrl.trainer.orchestrator import Batch, Orchestrator
@@ -222,7 +224,7 @@ class RLTrainer:
         if lost:
             cause = f"{lost} (see {self.shown(self.run_dir / 'logs' / 'inference.log')})"
         else:
-            cause = f"{type(error).__name__}: {error} (traceback in {self.shown(self.log_file)})"
+            cause = f"{describe(error)} (traceback in {self.shown(self.log_file)})"
         return TrainingStopped(EXIT_INFERENCE_LOST if lost else EXIT_ERROR, f"vf-train: {cause}. {self.keep_trained()}")
 
     def keep_trained(self) -> str:
@@ -272,7 +274,7 @@ class RLTrainer:
         a = self.args
         world = self.ranks.world_size
         self.in_step = True
-        tb, rewards = make_train_batch(batch.rollouts, a, self.pad_id)
+        tb, rewards = make_train_batch(batch.rollouts, a, self.pad_id, batch.sizes())
         weights = loss_weights(tb.loss_mask, a.loss_normalization, a.max_tokens)  # whole-batch normalization
         num_loss_tokens = int(tb.loss_mask.sum())
         starts = list(range(0, len(tb), a.micro_batch_size))
@@ -309,10 +311,11 @@ class RLTrainer:
             "clip_fraction_high": m["high"] / (n_tok * n_it),
             "masked_fraction": (m["low"] + m["high"]) / (n_tok * n_it),  # loss tokens a ratio bound took out
             **({"kl": m["kl"] / n_tok} if a.beta > 0 else {}),
-            **reward_stats(torch.tensor([r.reward for r in batch.rollouts]), rewards, a.rollouts_per_example),
+            **reward_stats(torch.tensor([r.reward for r in batch.rollouts]), rewards, batch.sizes()),
             "completion_len": sum(len(r.completion_ids) for r in batch.rollouts) / len(batch.rollouts),
-            "truncated_fraction": float(tb.truncated.float().mean()),
+            "truncated_fraction": float(tb.truncated[: len(batch.rollouts)].float().mean()),  # not the padding
             "loss_tokens": num_loss_tokens,
+            **batch.metrics,  # the step's faulty rollouts, see step_faults.py
         }
         for name in batch.rollouts[0].metrics:
             out[f"reward/{name}"] = sum(r.metrics.get(name, 0.0) for r in batch.rollouts) / len(batch.rollouts)
@@ -501,6 +504,8 @@ class RLTrainer:
             for r in batch.rollouts:
                 f.write(json.dumps(rollout_row(r)) + "\n")
         self.console.step(record)
+        if batch.warning:
+            self.console.warn(batch.warning)
         if alert:
             self.console.warn(f"step {step}: {alert}")
         show = a.log_completions and step % a.logging_steps == 0
@@ -516,4 +521,5 @@ class RLTrainer:
 
 def rollout_row(r) -> dict:
     return {"example_id": r.example_id, "prompt": r.prompt, "completion": r.completion, "answer": r.answer,
-            "reward": r.reward, "metrics": r.metrics, "policy": r.policy}
+            "reward": r.reward, "metrics": r.metrics, "policy": r.policy,
+            "reward_errors": r.reward_errors, "error": r.error}  # why it scored 0 / ended early

@@ -26,6 +26,7 @@ import typer
 
 from vfrl.environments.cli import fail
 from vfrl.environments.cli.eval_defaults import EVAL_DEFAULTS, read_eval_defaults
+from vfrl.environments.faults import RolloutFaults
 from vfrl.environments.sampling import MissingTokenIds, probe_token_ids
 
 PROG = "vf-eval"
@@ -123,12 +124,13 @@ async def choose_token_mode(client, model: str, token_ids: TokenIds, base_url: s
 
 async def run_eval(env, client, model: str, num_examples: int, rollouts_per_example: int,
                    sampling: dict[str, Any], max_concurrent: int, results_path: Path, on_group,
-                   record_tokens: bool = True) -> list[Any]:
+                   record_tokens: bool = True, faults: RolloutFaults | None = None) -> list[Any]:
     """All groups concurrently (at most max_concurrent requests in flight); each group is appended to
-    results.jsonl as soon as it is scored, so an interrupted run keeps what it finished."""
+    results.jsonl as soon as it is scored, so an interrupted run keeps what it finished. `faults`:
+    rollouts the server rejects are left out and counted there, as in training."""
     semaphore = asyncio.Semaphore(max_concurrent)
     tasks = [asyncio.create_task(env.run_group(client, model, i, rollouts_per_example, sampling, semaphore, eval=True,
-                                               record_tokens=record_tokens))
+                                               record_tokens=record_tokens, faults=faults))
              for i in range(num_examples)]
     rollouts: list[Any] = []
     try:
@@ -139,7 +141,7 @@ async def run_eval(env, client, model: str, num_examples: int, rollouts_per_exam
                     f.write(json.dumps(rollout_record(r), default=str) + "\n")
                 f.flush()
                 rollouts += group
-                on_group(len(group))
+                on_group(rollouts_per_example)  # dropped rollouts are done too
     finally:
         for t in tasks:
             t.cancel()
@@ -186,7 +188,7 @@ def evaluate(
     Against vLLM the rollouts keep their token ids and logprobs; any other OpenAI-compatible server is evaluated on text (see --token-ids).
 
     Defaults can come from \\[tool.vfrl.eval] in the environment's pyproject.toml; flags win."""
-    from vfrl.environments.loader import EnvironmentNotFound, load_environment
+    from vfrl.environments.loader import EnvironmentLoadError, load_environment
 
     try:
         defaults, source = read_eval_defaults(env_id)
@@ -206,14 +208,8 @@ def evaluate(
 
     try:
         env = load_environment(env_id, **args)
-    except EnvironmentNotFound as e:
+    except EnvironmentLoadError as e:  # one line: the package and the error (args refused, a raise, not an env)
         fail(PROG, str(e))
-    except TypeError as e:
-        if "argument" not in str(e):
-            raise
-        fail(PROG, f"environment '{env_id}' does not take these args {args}: {e}")
-    except ValueError as e:  # load_environment's own check of its args
-        fail(PROG, f"environment '{env_id}' rejected its args {args}: {e}")
     data = env.eval_dataset if env.eval_dataset is not None else env.dataset
     split = "eval" if env.eval_dataset is not None else "train"
     n = len(data) if opts["num_examples"] < 0 else min(opts["num_examples"], len(data))
@@ -260,8 +256,14 @@ async def _run(env, env_id, env_args, opts, sampling, base_url, key_var, api_key
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), TimeRemainingColumn()) as progress:
             bar = progress.add_task(env_id, total=n * r)
+            faults = RolloutFaults()
             rollouts = await run_eval(env, client, model, n, r, sampling, opts["max_concurrent"],
-                                      out / "results.jsonl", lambda k: progress.advance(bar, k), record_tokens)
+                                      out / "results.jsonl", lambda k: progress.advance(bar, k), record_tokens, faults)
+        if faults.total:
+            what = f"{faults.total} of {n * r} rollouts dropped: {faults.describe()}"
+            if not rollouts:
+                fail(PROG, f"all {what}")
+            typer.echo(f"{PROG}: {what}", err=True)
     except BaseException as e:  # also Ctrl-C: no empty results file left behind
         if out is not None:
             _remove_if_empty(out / "results.jsonl")
@@ -275,7 +277,8 @@ async def _run(env, env_id, env_args, opts, sampling, base_url, key_var, api_key
     summary = summarize(rollouts)
     metadata = {
         "env_id": env_id, "env_args": env_args, "model": model, "base_url": base_url, "split": split,
-        "num_examples": n, "rollouts_per_example": r, "num_rollouts": len(rollouts), "sampling_args": sampling,
+        "num_examples": n, "rollouts_per_example": r, "num_rollouts": len(rollouts),
+        "rollouts_dropped": dict(faults.dropped), "sampling_args": sampling,
         "max_concurrent": opts["max_concurrent"], "token_ids": record_tokens,
         "defaults_from": str(source) if source else None,
         **summary, "duration_s": round(time.time() - t0, 3),
