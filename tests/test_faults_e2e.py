@@ -74,7 +74,7 @@ def assert_lost_server_handled(tmp: Path, run_dir: Path, socket_name: str, cause
     assert cause in line and "logs/inference.log" in line, line
     checkpoint = latest_checkpoint(run_dir / "checkpoints")
     assert checkpoint is not None and step_of(checkpoint) >= steps >= 2, (line, steps)
-    assert f"{step_of(checkpoint)} steps are saved in {checkpoint.relative_to(tmp)}" in line, line
+    assert f"Training up to step {step_of(checkpoint)} is saved in {checkpoint.relative_to(tmp)}" in line, line
     assert line.endswith(f"--resume {checkpoint.relative_to(tmp)}"), line
     assert "Traceback" in (run_dir / "logs" / "trainer.log").read_text()  # the story is kept in the log
     # the inference pane ended the server's whole process tree and recorded how it ended

@@ -152,6 +152,21 @@ def test_panes_get_vf_rl_s_environment_even_from_a_tmux_server_started_without_i
     assert not env_file.exists()  # like the API key, gone with the run
 
 
+def test_a_busy_port_is_refused_in_one_line_before_anything_starts(tmp_path, socket_name, tiny_model):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        write_config(tmp_path / "cfg.toml", tiny_model, port, tmp_path / "outputs")
+        res = vf_rl("@", str(tmp_path / "cfg.toml"), "--no-attach", "--tmux-socket", socket_name, cwd=tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip() == (f"vf-rl: error: {tmp_path / 'cfg.toml'}: inference.port = {port} is already in use on "
+                                  f"127.0.0.1; choose another port, or set inference.port = 0 to pick a free one.")
+    assert not tmux.session_exists(tmux.server(socket_name), "test")
+
+
 def test_replace_refuses_a_session_vf_rl_did_not_start(tmp_path, socket_name):
     write_config(tmp_path / "cfg.toml", Path("m"), 0, tmp_path / "outputs")
     subprocess.run(["tmux", "-L", socket_name, "new-session", "-d", "-s", "test", "sleep 600"], check=True)

@@ -16,7 +16,7 @@ from vfrl.config import TrainerArgs
 from vfrl.environments.environment import Environment, Rollout
 from vfrl.environments.faults import RolloutFaults
 from vfrl.trainer.evaluation import evaluate, held_out_size
-from vfrl.trainer.step_faults import check_step
+from vfrl.trainer.step_faults import BatchTimedOut, check_step
 
 
 @dataclass
@@ -80,15 +80,20 @@ class Orchestrator:
         ids = self.example_ids(step)
         t0 = time.time()
         faults = RolloutFaults(timeout=a.rollout_timeout)
-        groups = await asyncio.wait_for(
-            asyncio.gather(*(
-                self.env.run_group(self.client, model, i, a.rollouts_per_example,
-                                   {**self.sampling(), "seed": self.request_seed("train", step, i)}, self.semaphore,
-                                   faults=faults)
-                for i in ids
-            )),
-            timeout=a.generation_timeout,
-        )
+        try:
+            groups = await asyncio.wait_for(
+                asyncio.gather(*(
+                    self.env.run_group(self.client, model, i, a.rollouts_per_example,
+                                       {**self.sampling(), "seed": self.request_seed("train", step, i)},
+                                       self.semaphore, faults=faults)
+                    for i in ids
+                )),
+                timeout=a.generation_timeout,
+            )
+        except TimeoutError:
+            raise BatchTimedOut(f"step {step + 1}: the batch's rollouts did not finish within generation_timeout = "
+                                f"{a.generation_timeout:g}s; raise it, or lower rollout_timeout, max_tokens or "
+                                f"batch_size") from None
         rollouts = [r for g in groups for r in g]
         metrics, warning = check_step(step + 1, rollouts, faults, len(ids) * a.rollouts_per_example,
                                       a.max_reward_error_fraction)

@@ -29,6 +29,10 @@ class RewardFunctionFailing(RolloutFaultError):
     pass
 
 
+class BatchTimedOut(RolloutFaultError):
+    pass
+
+
 def reward_error_counts(rollouts: list[Rollout]) -> dict[str, int]:
     """Reward function name -> scored rollouts it failed on, for every function the rollouts report."""
     names = {n for r in rollouts for n in [*r.metrics, *r.reward_errors] if n != "reward_errors"}

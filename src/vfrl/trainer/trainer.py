@@ -244,7 +244,7 @@ class RLTrainer:
                 log_traceback(self.log_file, e)
                 return (f"The emergency checkpoint could not be written ({e})"
                         + (f"; the newest checkpoint is {self.shown(latest)}" if latest else ""))
-        return f"{self.steps_done} steps are saved in {self.shown(path)}; continue with: {resume_hint(path)}"
+        return f"Training up to step {self.steps_done} is saved in {self.shown(path)}; continue with: {resume_hint(path)}"
 
     @staticmethod
     def shown(path: Path) -> Path:

@@ -1,0 +1,137 @@
+"""What the trainer keeps when the run cannot go on (trainer/failure.py, RLTrainer.keep_trained/stopped_by).
+
+The real stack is in test_faults_e2e.py (vLLM killed and hung mid-run). Here the cases that cannot be
+caused on cue there: a full disk while writing the emergency checkpoint (a write hook: save_pretrained
+raises ENOSPC), a step that failed halfway, a checkpoint that already holds every step done.
+"""
+
+import errno
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from test_checkpoint_resume import lora_setup, state
+from vfrl.trainer.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from vfrl.trainer.failure import EXIT_ERROR, EXIT_INFERENCE_LOST, RESUME_COMMAND_ENV, TrainingStopped, describe
+from vfrl.trainer.inference_watch import InferenceLost
+from vfrl.trainer.trainer import RLTrainer
+
+
+class DiskFull:
+    """A model whose save_pretrained finds the disk full half-way through."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def save_pretrained(self, path):
+        Path(path).mkdir(parents=True)
+        (Path(path) / "adapter_model.safetensors").write_bytes(b"half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.fixture
+def trainer(tmp_path, tiny_model, monkeypatch):
+    """The parts of an RLTrainer that keep_trained and stopped_by use, around a real LoRA model."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(RESUME_COMMAND_ENV, "vf-rl @ cfg.toml")
+    model, opt, sched = lora_setup(tiny_model)
+    run_dir = tmp_path / "outputs" / "run"
+    (run_dir / "logs").mkdir(parents=True)
+    t = SimpleNamespace(model=model, optimizer=opt, scheduler=sched, accelerator=SimpleNamespace(unwrap_model=lambda m: m),
+                        checkpoints_dir=run_dir / "checkpoints", run_dir=run_dir, log_file=run_dir / "logs" / "trainer.log",
+                        steps_done=0, in_step=False, base_url="http://127.0.0.1:9/v1",
+                        inference_pid_file=run_dir / "inference.pid", shown=RLTrainer.shown, training_state=state)
+    t.keep_trained = lambda: RLTrainer.keep_trained(t)
+    return t
+
+
+def test_steps_trained_without_a_checkpoint_are_saved_with_the_command_that_continues(trainer, tiny_model):
+    trainer.steps_done = 3
+    said = trainer.keep_trained()
+    assert said == ("Training up to step 3 is saved in outputs/run/checkpoints/step-3; continue with: "
+                    "vf-rl @ cfg.toml --resume outputs/run/checkpoints/step-3")
+    model, opt, sched = lora_setup(tiny_model, seed=1)
+    assert load_checkpoint(trainer.checkpoints_dir / "step-3", model, opt, sched)[0].step == 3
+
+
+def test_a_checkpoint_of_every_step_done_is_not_written_again(trainer):
+    trainer.steps_done = 2
+    made = save_checkpoint(trainer.checkpoints_dir, trainer.model, trainer.optimizer, trainer.scheduler, state(2))
+    before = made.stat().st_mtime_ns
+    assert "Training up to step 2 is saved in outputs/run/checkpoints/step-2" in trainer.keep_trained()
+    assert made.stat().st_mtime_ns == before
+
+
+def test_a_step_that_failed_halfway_is_not_saved_and_the_newest_checkpoint_is_named(trainer):
+    save_checkpoint(trainer.checkpoints_dir, trainer.model, trainer.optimizer, trainer.scheduler, state(2))
+    trainer.steps_done, trainer.in_step = 3, True
+    assert trainer.keep_trained() == ("The failing step's state is not saved; the newest checkpoint is "
+                                      "outputs/run/checkpoints/step-2, continue with: vf-rl @ cfg.toml --resume "
+                                      "outputs/run/checkpoints/step-2")
+    assert [p.name for p in list_checkpoints(trainer.checkpoints_dir)] == ["step-2"]
+
+
+def test_a_full_disk_loses_no_checkpoint_and_is_said_in_one_sentence(trainer):
+    good = save_checkpoint(trainer.checkpoints_dir, trainer.model, trainer.optimizer, trainer.scheduler, state(2))
+    trainer.model, trainer.steps_done = DiskFull(trainer.model), 5
+    said = trainer.keep_trained()
+    assert said == ("The emergency checkpoint could not be written ([Errno 28] No space left on device); "
+                    "the newest checkpoint is outputs/run/checkpoints/step-2")
+    assert latest_checkpoint(trainer.checkpoints_dir) == good
+    assert not list(trainer.checkpoints_dir.glob(".*"))  # the half-written one gave its space back
+    assert "No space left on device" in trainer.log_file.read_text()
+
+
+def test_nothing_trained_nothing_to_keep(trainer):
+    assert trainer.keep_trained() == "No step was trained, nothing to keep."
+
+
+def test_the_one_line_names_a_lost_server_and_its_log_and_exits_3(trainer):
+    trainer.steps_done = 1
+    stopped = RLTrainer.stopped_by(trainer, InferenceLost("the vLLM server (pid 42) exited"))
+    assert isinstance(stopped, TrainingStopped) and stopped.code == EXIT_INFERENCE_LOST
+    assert stopped.line.startswith("vf-train: the vLLM server (pid 42) exited (see outputs/run/logs/inference.log). "
+                                   "Training up to step 1 is saved in outputs/run/checkpoints/step-1")
+    assert "\n" not in stopped.line
+
+
+def test_any_other_failure_is_named_with_the_server_still_checked(trainer):
+    """The loop failed on its own; a server that is gone (nothing listens on port 9) is still named as the cause."""
+    try:
+        raise ValueError("boom")
+    except ValueError as e:
+        stopped = RLTrainer.stopped_by(trainer, e)
+    assert stopped.code == EXIT_INFERENCE_LOST and "exited (connection refused)" in stopped.line
+    assert "Traceback" in trainer.log_file.read_text() and "ValueError: boom" in trainer.log_file.read_text()
+
+
+def test_errors_worded_for_users_are_shown_as_they_are():
+    from vfrl.environments.loader import EnvironmentLoadError
+
+    assert describe(EnvironmentLoadError("environment 'x' (package x 0.1): boom")) == "environment 'x' (package x 0.1): boom"
+    assert describe(KeyError("k")) == "KeyError: 'k'"
+    assert EXIT_ERROR == 1
+
+
+def test_a_batch_past_generation_timeout_stops_the_run_in_one_line():
+    """The whole-batch limit (a stall every rollout shares, e.g. a server too slow for the batch); unit: a
+    stand-in environment whose rollouts never finish, since a real server cannot be slowed on cue."""
+    import asyncio
+
+    from vfrl.config import TrainerArgs
+    from vfrl.environments.environment import Environment
+    from vfrl.trainer.orchestrator import Orchestrator
+    from vfrl.trainer.step_faults import BatchTimedOut
+
+    class Stalls(Environment):
+        async def run_group(self, *args, **kwargs):
+            await asyncio.sleep(3600)
+
+    args = TrainerArgs(batch_size=4, rollouts_per_example=2, generation_timeout=0.2, rollout_timeout=0.1)
+    orch = Orchestrator(Stalls(dataset=[{"question": "q", "answer": "a"}] * 4), client=None, args=args)
+    with pytest.raises(BatchTimedOut) as e:
+        asyncio.run(orch.generate(4, "policy-4", 4))
+    assert str(e.value) == ("step 5: the batch's rollouts did not finish within generation_timeout = 0.2s; raise it, "
+                            "or lower rollout_timeout, max_tokens or batch_size")
+    assert describe(e.value) == str(e.value)
