@@ -48,6 +48,11 @@ BAD_CONFIGS = [
     (HEAD + "[inference]\ngpus = 4\n[inference.args]\ntensor_parallel_size = 2\ndata_parallel_size = 4\n",
      "inference.args.data_parallel_size = 4 is invalid: must be inference.gpus / tensor_parallel_size = 2, "
      "or left out (vf-rl sets it)"),
+    (HEAD + "[inference.args]\ngpu_memory_utilization = 85\n",
+     "inference.args.gpu_memory_utilization = 85 is invalid: must be a number above 0 and at most 1: the fraction of "
+     "each of its GPUs vLLM may take"),
+    (HEAD + '[inference]\nshare_gpus = "yes"\n',
+     "inference.share_gpus = \"yes\" is invalid: must be 'auto', 'always' or 'never'"),
     (HEAD + '[trainer]\ngpus = "two"\n',
      "trainer.gpus = \"two\" is invalid: must be a valid integer, unable to parse string as an integer"),
     ('model = "m"\n[env\n', "not valid TOML"),

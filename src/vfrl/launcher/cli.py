@@ -142,6 +142,8 @@ def run(
         plan = make_plan(cfg, run_dir, session_name, machine, workdir)
     except PlanError as e:
         fail(f"{config_path}: {e}")
+    for note in plan.notes if not dry_run else ():  # a dry run prints them in the plan
+        typer.secho(f"vf-rl: note: {note}", err=True, fg=typer.colors.YELLOW)
     if dry_run:
         typer.echo(f"# vf-rl dry run of {config_path}: nothing was started\n\n"
                    f"# resolved config (written to {run_dir / 'config.toml'} at launch)")
