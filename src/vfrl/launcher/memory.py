@@ -20,8 +20,10 @@ import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from vfrl.config import RLConfig
+if TYPE_CHECKING:  # scripts/gpu_check.py reads model shapes on machines that may lack pydantic
+    from vfrl.config import RLConfig
 
 GIB = 2**30
 # CUDA context + cuBLAS workspaces of one process on a recent GPU; torch's allocator does not see it and
