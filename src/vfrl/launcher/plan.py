@@ -6,7 +6,7 @@ Pure functions of (config, run dir, machine): unit-testable without GPUs, tmux o
       Inference  CUDA_VISIBLE_DEVICES=0,1,2,3,4,5   vLLM: 3 data-parallel replicas x 2-way tensor parallel
       Trainer    CUDA_VISIBLE_DEVICES=6,7           accelerate launch --num-processes 2 --config-file ddp.yaml
     1 GPU, inference.gpus = 1, trainer.gpus = 1 (inference.share_gpus = "auto")
-      Inference  CUDA_VISIBLE_DEVICES=0             vLLM --gpu-memory-utilization 0.35: weights + KV cache
+      Inference  CUDA_VISIBLE_DEVICES=0             vLLM --gpu-memory-utilization 0.33 (derived: Qwen2.5-0.5B, 80 GB)
       Trainer    CUDA_VISIBLE_DEVICES=0             the rest of the GPU
     no GPU: vLLM's threads bound to the first half of the cores, the trainer gets the rest
 
