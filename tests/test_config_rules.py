@@ -51,6 +51,11 @@ BAD_CONFIGS = [
     (HEAD + "[trainer.args]\ngeneration_timeout = 120\n",  # rollout_timeout left at its default, 300
      "trainer.args.rollout_timeout = 300.0 is invalid: must be at most generation_timeout (120), the time limit of "
      "a whole batch of rollouts"),
+    (HEAD + "[inference.args]\ngpu_memory_utilization = 85\n",
+     "inference.args.gpu_memory_utilization = 85 is invalid: must be a number above 0 and at most 1: the fraction of "
+     "each of its GPUs vLLM may take"),
+    (HEAD + '[inference]\nshare_gpus = "yes"\n',
+     "inference.share_gpus = \"yes\" is invalid: must be 'auto', 'always' or 'never'"),
     (HEAD + '[trainer]\ngpus = "two"\n',
      "trainer.gpus = \"two\" is invalid: must be a valid integer, unable to parse string as an integer"),
     ('model = "m"\n[env\n', "not valid TOML"),

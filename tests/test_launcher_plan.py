@@ -1,5 +1,6 @@
 """Launch plans on paper (no GPU needed), the --dry-run golden output, and a launcher that never imports torch."""
 
+import json
 import os
 import subprocess
 import sys
@@ -13,7 +14,11 @@ from typer.testing import CliRunner
 from vfrl.bundle import bundle_root
 from vfrl.config import RLConfig
 from vfrl.launcher import cli
-from vfrl.launcher.plan import Machine, PlanError, make_plan, split_gpus
+from vfrl.launcher.config_errors import load_user_config
+from vfrl.launcher import plan as plan_module
+from vfrl.launcher.plan import (
+    Machine, PlanError, detect_machine, gpu_memory_mib, make_plan, render_plan, split_gpus, visible_gpu_ids,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden"
@@ -27,11 +32,44 @@ def cfg(inference_gpus=6, trainer_gpus=2, inference_args=None, **trainer):
                                     "trainer": {"gpus": trainer_gpus, "args": trainer}})
 
 
+def ids(n):
+    return [str(i) for i in range(n)]
+
+
 def test_gpu_split_is_contiguous_inference_first():
-    assert split_gpus(6, 2, 8) == ([0, 1, 2, 3, 4, 5], [6, 7])
-    assert split_gpus(1, 1, 8) == ([0], [1])
+    assert split_gpus(6, 2, ids(8)) == (ids(6), ["6", "7"])
+    assert split_gpus(1, 1, ids(8)) == (["0"], ["1"])
     with pytest.raises(PlanError, match="this machine has 2 GPUs; lower inference.gpus"):
-        split_gpus(2, 1, 2)
+        split_gpus(2, 1, ids(2), share="never")
+
+
+def test_gpu_split_uses_the_users_gpu_ids():
+    assert split_gpus(1, 1, ["2", "3"]) == (["2"], ["3"])
+    assert split_gpus(1, 1, ["GPU-aa", "GPU-bb"]) == (["GPU-aa"], ["GPU-bb"])
+
+
+@pytest.mark.parametrize("share, present, expected", [
+    ("auto", 1, (["0"], ["0"])),  # too few for both: shared
+    ("auto", 2, (["0"], ["1"])),  # enough: separate
+    ("always", 2, (["0"], ["0"])),
+    ("never", 2, (["0"], ["1"])),
+])
+def test_inference_and_trainer_share_gpus_when_asked_or_when_too_few(share, present, expected):
+    assert split_gpus(1, 1, ids(present), share) == expected
+
+
+def test_sharing_takes_both_panes_from_the_first_gpus():
+    assert split_gpus(2, 1, ids(2)) == (["0", "1"], ["0"])
+    assert split_gpus(6, 2, ids(6)) == (ids(6), ["0", "1"])
+
+
+def test_too_few_gpus_even_to_share_or_sharing_refused_is_one_line():
+    with pytest.raises(PlanError) as e:
+        split_gpus(1, 1, ids(1), share="never")
+    assert str(e.value) == ('inference.gpus + trainer.gpus = 2 is invalid: this machine has 1 GPU; lower inference.gpus '
+                            '(1) or trainer.gpus (1), or let vLLM and the trainer share GPUs (inference.share_gpus = "auto")')
+    with pytest.raises(PlanError, match=r"= 3 is invalid: this machine has 1 GPU; lower inference.gpus \(2\)"):
+        split_gpus(2, 1, ids(1))
 
 
 def test_plan_on_eight_gpus_six_for_vllm_two_for_the_trainer(tmp_path):
@@ -101,6 +139,165 @@ def test_without_gpu_the_cores_are_split(tmp_path):
     assert two.inference.env["VLLM_CPU_OMP_THREADS_BIND"] == "0" and two.trainer.env["OMP_NUM_THREADS"] == "1"
 
 
+# ---- the user's CUDA_VISIBLE_DEVICES ----
+
+@pytest.mark.parametrize("visible, expected", [
+    ("2,3", ("2", "3")), (" 1 , 0", ("1", "0")), ("", ()), ("-1", ()),
+    ("0,-1,1", ("0",)),  # CUDA stops at the first invalid entry
+    ("GPU-8f3c,GPU-11aa", ("GPU-8f3c", "GPU-11aa")),
+])
+def test_visible_gpus_are_named_as_cuda_visible_devices_names_them(visible, expected):
+    assert visible_gpu_ids(visible, "") == expected
+
+
+def test_without_cuda_visible_devices_nvidia_smi_counts_the_gpus():
+    listing = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-aaaa)\nGPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-bbbb)\n"
+    assert visible_gpu_ids(None, listing) == ("0", "1")
+    assert visible_gpu_ids(None, "") == ()
+
+
+SMI_QUERY = "0, GPU-aaaa-1111, 81559\n1, GPU-bbbb-2222, 81559\n2, GPU-cccc-3333, 40960\n3, GPU-dddd-4444, 81559\n"
+
+
+def test_gpu_memory_is_the_smallest_total_among_the_visible_gpus():
+    assert gpu_memory_mib(("GPU-aaaa",), SMI_QUERY) == 81559
+    assert gpu_memory_mib(("GPU-aaaa", "GPU-cccc"), SMI_QUERY) == 40960
+    assert gpu_memory_mib(("3",), SMI_QUERY) == 40960  # CUDA's index 3 may be nvidia-smi's 2: the smallest of all
+    assert gpu_memory_mib(("MIG-1234",), SMI_QUERY) is None  # a MIG slice: not listed, not checked
+    assert gpu_memory_mib(("7",), SMI_QUERY) is None
+    assert gpu_memory_mib(("0",), "") is None
+
+
+def test_panes_get_the_users_gpu_ids_not_0_to_n(tmp_path, monkeypatch):
+    """Started with CUDA_VISIBLE_DEVICES=2,3: vLLM gets physical GPU 2 and the trainer 3."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    monkeypatch.setattr(plan_module, "nvidia_smi", lambda *args: SMI_QUERY.replace("40960", "81559"))
+    machine = detect_machine()
+    assert (machine.gpus, machine.gpu_ids, machine.gpu_memory_mib) == (2, ("2", "3"), 81559)
+    plan = make_plan(cfg(1, 1), tmp_path / "run", "s", machine, tmp_path)
+    assert (plan.inference.env["CUDA_VISIBLE_DEVICES"], plan.trainer.env["CUDA_VISIBLE_DEVICES"]) == ("2", "3")
+    assert plan.memory is None and plan.notes == []
+    rendered = render_plan(plan, tmp_path, machine, None)
+    assert "machine:        2 GPU(s) (CUDA_VISIBLE_DEVICES=2,3) of 79.6 GiB, " in rendered
+    assert "inference GPUs 2 (vLLM" in rendered and "trainer GPUs 3 (1 process)" in rendered
+
+
+# ---- one GPU: vLLM and the trainer share it ----
+
+QWEN_05B = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
+            "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
+            "max_position_embeddings": 32768, "tie_word_embeddings": True, "torch_dtype": "bfloat16"}
+QWEN_14B = {**QWEN_05B, "hidden_size": 5120, "intermediate_size": 13824, "num_hidden_layers": 48,
+            "num_attention_heads": 40, "num_key_value_heads": 8, "vocab_size": 152064, "tie_word_embeddings": False}
+TINY = {**QWEN_05B, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "vocab_size": 99, "max_position_embeddings": 1024, "torch_dtype": "float32"}
+H100 = Machine(1, 16, gpu_memory_mib=81559)
+
+
+def local_model(workdir: Path, name: str, config: dict) -> str:
+    (workdir / "models" / name).mkdir(parents=True, exist_ok=True)
+    (workdir / "models" / name / "config.json").write_text(json.dumps(config))
+    return f"models/{name}"
+
+
+def shipped(name: str, workdir: Path, model_config: dict | None = None, **trainer_args) -> RLConfig:
+    c = load_user_config(ROOT / "configs" / "rl" / name)
+    if model_config:
+        c.model = local_model(workdir, name.removesuffix(".toml"), model_config)
+    for k, v in trainer_args.items():
+        setattr(c.trainer.args, k, v)
+    return c
+
+
+AUTO_NOTE = ('this machine has 1 GPU, fewer than inference.gpus + trainer.gpus = 2: vLLM and the trainer share GPU 0 '
+             '(inference.share_gpus = "never" refuses instead)')
+
+
+def test_quickstart_on_one_gpu_shares_it_and_vllm_gets_half(tmp_path):
+    plan = make_plan(shipped("quickstart.toml", tmp_path, TINY), tmp_path / "run", "s", H100, tmp_path)
+    assert plan.device == "cuda" and plan.inference.env["CUDA_VISIBLE_DEVICES"] == plan.trainer.env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert plan.shared_devices == ["0"] and plan.notes == [AUTO_NOTE]
+    assert plan.memory.derived and plan.memory.utilization == 0.5  # a tiny model: each side gets about half
+    assert plan.config.inference.args["gpu_memory_utilization"] == 0.5  # the resolved config vf-vllm reads
+
+
+def test_qwen_05b_on_one_gpu_gives_the_trainer_its_estimate_and_vllm_the_kv_cache(tmp_path):
+    plan = make_plan(shipped("qwen2.5-0.5b-instruct.toml", tmp_path, QWEN_05B), tmp_path / "run", "s", H100, tmp_path)
+    m = plan.memory
+    gpu = 81559 * 2**20
+    assert m.vllm.parts["weights"] == 494_032_768 * 2
+    assert m.utilization * gpu >= m.vllm.total and gpu * (1 - m.utilization) - 2**30 >= m.trainer.total
+    assert plan.config.inference.args["gpu_memory_utilization"] == m.utilization == 0.33
+    assert plan.notes == [AUTO_NOTE]
+
+
+def test_on_two_gpus_the_shipped_one_gpu_each_configs_do_not_share(tmp_path):
+    for name in ("quickstart.toml", "qwen2.5-0.5b-instruct.toml"):
+        plan = make_plan(shipped(name, tmp_path, TINY), tmp_path / "run", "s", Machine(2, 16, gpu_memory_mib=81559), tmp_path)
+        assert plan.shared_devices == [] and plan.memory is None and plan.notes == []
+        assert "gpu_memory_utilization" not in plan.config.inference.args
+
+
+def test_share_gpus_always_shares_even_with_enough_gpus(tmp_path):
+    c = shipped("quickstart.toml", tmp_path, TINY)
+    c.inference.share_gpus = "always"
+    plan = make_plan(c, tmp_path / "run", "s", Machine(2, 16, gpu_memory_mib=81559), tmp_path)
+    assert plan.shared_devices == ["0"] and plan.trainer.env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert plan.notes == []  # asked for: nothing to point out
+
+
+def test_full_fine_tuning_that_cannot_fit_beside_vllm_is_refused_with_the_numbers(tmp_path):
+    c = shipped("qwen2.5-0.5b-instruct.toml", tmp_path, QWEN_14B, use_lora=False)
+    with pytest.raises(PlanError) as e:
+        make_plan(c, tmp_path / "run", "s", H100, tmp_path)
+    assert str(e.value) == (
+        "trainer.args.use_lora = false is invalid: full fine-tuning of models/qwen2.5-0.5b-instruct (14.77B parameters) "
+        "needs 110.0 GiB before activations (weights 27.5 + gradients 27.5 + AdamW states 55.0) and vLLM 29.4 GiB "
+        "(weights 27.5 + KV cache of one 2048-token sequence 0.4 + overhead 1.5); with two CUDA contexts (1.0 GiB) "
+        "that is more than one 79.6 GiB GPU holds; use LoRA (trainer.args.use_lora = true) or give the trainer GPUs "
+        "of its own")
+    c.trainer.args.use_lora = True  # LoRA of the same model fits (its activations are only noted)
+    assert make_plan(c, tmp_path / "run", "s", H100, tmp_path).memory.utilization >= 0.37
+
+
+@pytest.mark.parametrize("util, message", [
+    (0.01, "inference.args.gpu_memory_utilization = 0.01 is invalid: must be at least 0.04 on the 79.6 GiB GPU it "
+           "shares with the trainer: vLLM needs 2.4 GiB (weights 0.9 + KV cache of one 2048-token sequence 0.0 + "
+           "overhead 1.5)"),
+    (0.98, "inference.args.gpu_memory_utilization = 0.98 is invalid: must be at most 0.94 on the 79.6 GiB GPU it "
+           "shares with the trainer: the trainer needs 3.7 GiB before activations (weights 0.9 + gradients 0.9 + "
+           "AdamW states 1.8), plus 1.0 GiB for two CUDA contexts"),
+])
+def test_a_given_vllm_share_that_cannot_fit_is_refused_with_the_bounds(tmp_path, util, message):
+    c = shipped("qwen2.5-0.5b-instruct.toml", tmp_path, QWEN_05B, use_lora=False)
+    c.inference.args["gpu_memory_utilization"] = util
+    with pytest.raises(PlanError) as e:
+        make_plan(c, tmp_path / "run", "s", H100, tmp_path)
+    assert str(e.value) == message
+
+
+def test_a_given_vllm_share_that_leaves_too_little_for_activations_is_a_note(tmp_path):
+    c = shipped("qwen2.5-0.5b-instruct.toml", tmp_path, QWEN_05B)
+    c.inference.args["gpu_memory_utilization"] = 0.85  # what the 2-GPU config used to say
+    plan = make_plan(c, tmp_path / "run", "s", H100, tmp_path)
+    assert not plan.memory.derived and plan.config.inference.args["gpu_memory_utilization"] == 0.85
+    assert plan.notes[1] == ("the trainer may run out of GPU memory: its estimated peak, 27.7 GiB, is more than the "
+                             "10.9 GiB vLLM leaves it; set trainer.args.gradient_checkpointing = true or a smaller "
+                             "trainer.args.micro_batch_size, or a smaller inference.args.gpu_memory_utilization "
+                             "(at least 0.04)")
+
+
+def test_a_hub_model_not_downloaded_yet_gets_half_the_gpu_and_the_plan_says_unchecked(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    plan = make_plan(shipped("qwen2.5-0.5b-instruct.toml", tmp_path), tmp_path / "run", "s", H100, tmp_path)
+    assert plan.memory.utilization == 0.5 and plan.memory.gpu_bytes is None
+    assert plan.notes[1] == ('memory not checked: the size of model "Qwen/Qwen2.5-0.5B-Instruct" cannot be read '
+                             'offline (no config.json in a local folder or the Hugging Face cache); vLLM takes 0.5 of '
+                             'each shared GPU')
+    unknown_gpu = make_plan(shipped("quickstart.toml", tmp_path, TINY), tmp_path / "run", "s", Machine(1, 16), tmp_path)
+    assert unknown_gpu.notes[1].startswith("memory not checked: the GPU's total memory is unknown")
+
+
 # ---- --dry-run golden output ----
 
 GOLDEN_CONFIG = """
@@ -118,7 +315,13 @@ run_name = "golden"
 batch_size = 64
 micro_batch_size = 8
 """
-GOLDEN_CASES = {"dry_run_8gpu": Machine(8, 64), "dry_run_cpu": Machine(0, 2)}
+QWEN_CONFIG = (ROOT / "configs/rl/qwen2.5-0.5b-instruct.toml").read_text()
+# name: (machine, config, extra arguments); every case has models/qwen2.5-0.5b-instruct/config.json in its folder
+GOLDEN_CASES = {
+    "dry_run_8gpu": (Machine(8, 64), GOLDEN_CONFIG, ()),
+    "dry_run_cpu": (Machine(0, 2), GOLDEN_CONFIG, ()),
+    "dry_run_1gpu": (H100, QWEN_CONFIG, ("--model", "models/qwen2.5-0.5b-instruct")),
+}
 
 
 def dry_run(tmp_path, monkeypatch, machine, config_text, *extra):
@@ -136,7 +339,9 @@ def dry_run(tmp_path, monkeypatch, machine, config_text, *extra):
 @pytest.mark.parametrize("name", GOLDEN_CASES)
 def test_dry_run_prints_the_plan_exactly(tmp_path, monkeypatch, name):
     """Regenerate after an intended change: VFRL_UPDATE_GOLDEN=1 pytest tests/test_launcher_plan.py"""
-    out = dry_run(tmp_path, monkeypatch, GOLDEN_CASES[name], GOLDEN_CONFIG)
+    machine, config_text, extra = GOLDEN_CASES[name]
+    local_model(tmp_path, "qwen2.5-0.5b-instruct", QWEN_05B)
+    out = dry_run(tmp_path, monkeypatch, machine, config_text, *extra)
     plan_part = out[out.index("# plan\n"):]
     golden = GOLDEN / f"{name}.txt"
     if os.environ.get("VFRL_UPDATE_GOLDEN"):
@@ -179,6 +384,22 @@ def test_a_host_beyond_loopback_is_announced_in_one_line(tmp_path, monkeypatch, 
     expected = (f'vf-rl: note: inference.host = "{host}": vLLM will be reachable from the network; the per-run '
                 f"API key protects every endpoint but /health")
     assert notes == ([expected] if reachable else [])
+
+
+def test_the_quick_start_dry_run_on_one_gpu_shows_the_shared_plan(tmp_path, monkeypatch):
+    """`CUDA_VISIBLE_DEVICES=0 vf-rl @ configs/rl/quickstart.toml --dry-run`, as issue 11 tried it."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setattr(plan_module, "nvidia_smi", lambda *args: "0, GPU-aaaa, 81559\n")
+    monkeypatch.chdir(tmp_path)
+    local_model(tmp_path, "tiny-reverse", TINY)
+    (tmp_path / "cfg.toml").write_text((ROOT / "configs/rl/quickstart.toml").read_text())
+    result = CliRunner().invoke(cli.app, ["run", "cfg.toml", "--dry-run", "--tmux-socket", f"vfrl-1gpu-{os.getpid()}"])
+    assert result.exit_code == 0, result.output
+    assert "devices:        inference GPUs 0 (vLLM: 1 data-parallel x 1 tensor-parallel); trainer GPUs 0 (1 process); " \
+           "shared by both: 0\n" in result.stdout
+    assert "memory:         vLLM --gpu-memory-utilization 0.5 (derived): 39.8 of each shared 79.6 GiB GPU" in result.stdout
+    assert f"note:           {AUTO_NOTE}\n" in result.stdout
+    assert "gpu_memory_utilization = 0.5" in result.stdout  # in the resolved config vf-vllm reads
 
 
 def test_a_mistyped_option_is_not_taken_for_a_config_key(tmp_path, monkeypatch):

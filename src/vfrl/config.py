@@ -40,8 +40,20 @@ class EnvConfig(Strict):
     args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for load_environment().")
 
 
+# vLLM's --gpu-memory-utilization on a GPU shared with the trainer when vf-rl cannot read the model's size
+# (a hub id not downloaded yet) or the GPU's memory: half each, the split that favours neither side
+SHARED_UTILIZATION_UNKNOWN_SIZE = 0.5
+
+
 class InferenceConfig(Strict):
     gpus: int = Field(1, ge=0, description="GPUs for the vLLM server (first in CUDA order). 0 or no GPU: CPU.")
+    share_gpus: Literal["auto", "always", "never"] = Field(
+        "auto", description="vLLM and the trainer on the same GPUs, both running at once (the one-step off-policy "
+        "overlap stays). auto: only when the machine has fewer GPUs than inference.gpus + trainer.gpus (vf-rl says "
+        "so in one line); always; never: refuse instead. On a shared GPU vLLM takes inference.args."
+        "gpu_memory_utilization of it, or, left out, what vf-rl derives from the model's config.json (each side its "
+        f"estimated need and half of the rest; {SHARED_UTILIZATION_UNKNOWN_SIZE} when the size cannot be read), and "
+        "the trainer the rest.")
     host: str = Field("127.0.0.1", description="Address vLLM binds; loopback unless you need it reachable.")
     port: int = Field(8000, ge=0, le=65535, description="Port of the vLLM server; 0 picks a free one.")
     args: dict[str, Any] = Field(
@@ -245,6 +257,10 @@ class RLConfig(Strict):
             problems.append(("trainer.processes", self.trainer.processes,
                              f"must equal trainer.gpus ({self.trainer.gpus}), one process per trainer GPU; leave it "
                              f"out, or set trainer.gpus = 0 for CPU processes"))
+        util = self.inference.args.get("gpu_memory_utilization")
+        if util is not None and (isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 < util <= 1):
+            problems.append(("inference.args.gpu_memory_utilization", util,
+                             "must be a number above 0 and at most 1: the fraction of each of its GPUs vLLM may take"))
         tp = self.inference.args.get("tensor_parallel_size", 1)
         if self.inference.gpus and isinstance(tp, int) and tp >= 1:
             if self.inference.gpus % tp:

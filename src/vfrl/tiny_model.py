@@ -26,12 +26,15 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tokenizer():
-    """Each printable character is one token; ChatML markers are special tokens."""
+def build_tokenizer(vocab_size: int | None = None):
+    """Each printable character is one token; ChatML markers are special tokens. `vocab_size` pads the
+    vocabulary with placeholder tokens (`<123>`, never produced by encoding) to that many ids, for a model
+    of a real vocabulary's size: whatever id it samples still decodes."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARS)}
+    vocab.update({f"<{i}>": i for i in range(len(vocab), vocab_size or 0)})
     # BPE with no merges splits every pre-tokenized word into single characters.
     core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None, fuse_unk=False))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

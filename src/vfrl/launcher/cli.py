@@ -151,6 +151,8 @@ def run(
          *(["--tmux-socket", tmux_socket] if tmux_socket else [])])
     if notice := network_notice(plan.config.inference.host):
         typer.echo(f"vf-rl: note: {notice}", err=True)
+    for note in plan.notes if not dry_run else ():  # a dry run prints them in the plan
+        typer.secho(f"vf-rl: note: {note}", err=True, fg=typer.colors.YELLOW)
     if dry_run:
         typer.echo(f"# vf-rl dry run of {config_path}: nothing was started\n\n"
                    f"# resolved config (written to {run_dir / 'config.toml'} at launch)")

@@ -5,11 +5,18 @@ Pure functions of (config, run dir, machine): unit-testable without GPUs, tmux o
     8 GPUs, inference.gpus = 6, trainer.gpus = 2, tensor_parallel_size = 2
       Inference  CUDA_VISIBLE_DEVICES=0,1,2,3,4,5   vLLM: 3 data-parallel replicas x 2-way tensor parallel
       Trainer    CUDA_VISIBLE_DEVICES=6,7           accelerate launch --num-processes 2 --config-file ddp.yaml
+    1 GPU, inference.gpus = 1, trainer.gpus = 1 (inference.share_gpus = "auto")
+      Inference  CUDA_VISIBLE_DEVICES=0             vLLM --gpu-memory-utilization 0.33 (derived: Qwen2.5-0.5B, 80 GB)
+      Trainer    CUDA_VISIBLE_DEVICES=0             the rest of the GPU
     no GPU: vLLM's threads bound to the first half of the cores, the trainer gets the rest
+
+GPUs are named as the user's CUDA_VISIBLE_DEVICES names them: started with CUDA_VISIBLE_DEVICES=2,3,
+vLLM gets "2" and the trainer "3".
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import shutil
@@ -17,9 +24,11 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from vfrl.bundle import bundled
-from vfrl.config import ACCELERATE_CONFIGS, RLConfig
+from vfrl.config import ACCELERATE_CONFIGS, SHARED_UTILIZATION_UNKNOWN_SIZE, RLConfig
+from vfrl.launcher.memory import CUDA_CONTEXT, Need, find_model_config, gib, model_shape, trainer_need, vllm_need
 from vfrl.launcher.pane_env import environment_file, source_line
 from vfrl.launcher.procs import MARKER
 
@@ -36,6 +45,12 @@ class PlanError(Exception):
 class Machine:
     gpus: int
     cpus: int
+    gpu_ids: tuple[str, ...] = ()  # as CUDA_VISIBLE_DEVICES names them ("2", "GPU-8f3c..."); () means 0..gpus-1
+    gpu_memory_mib: int | None = None  # the smallest total memory among them; None: unknown
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return self.gpu_ids or tuple(str(i) for i in range(self.gpus))
 
 
 @dataclass
@@ -48,12 +63,23 @@ class PanePlan:
 
 
 @dataclass
+class SharedMemory:
+    """How GPUs that vLLM and the trainer share are split: vLLM takes `utilization` of each."""
+
+    gpu_bytes: float | None  # None: not checked (unknown model size or GPU memory)
+    utilization: float
+    derived: bool  # vf-rl chose `utilization` (written into the resolved inference.args)
+    vllm: Need | None = None
+    trainer: Need | None = None
+
+
+@dataclass
 class Plan:
     run_dir: Path
     session: str
     device: str  # "cuda" or "cpu"
-    inference_devices: list[int]
-    trainer_devices: list[int]
+    inference_devices: list[str]
+    trainer_devices: list[str]
     inference: PanePlan
     trainer: PanePlan
     metrics: PanePlan  # `vf-rl watch RUN_DIR` under the trainer: one line per step
@@ -61,35 +87,138 @@ class Plan:
     tensor_parallel: int = 1
     data_parallel: int = 1
     trainer_processes: int = 1
+    memory: SharedMemory | None = None  # set when vLLM and the trainer share GPUs
+    notes: list[str] = field(default_factory=list)  # one line each: what vf-rl decided for the user, or could not check
+
+    @property
+    def shared_devices(self) -> list[str]:
+        return [d for d in self.inference_devices if d in self.trainer_devices]
 
 
-def count_gpus() -> int:
-    """GPUs visible to this process, without importing torch (nvidia-smi; CUDA_VISIBLE_DEVICES narrows)."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([d for d in visible.split(",") if d.strip() not in ("", "-1")])
+def nvidia_smi(*args: str) -> str:
+    """nvidia-smi's output; empty when it is missing or fails (no GPU, no driver). No torch: the launcher stays light."""
     if not shutil.which("nvidia-smi"):
-        return 0
+        return ""
     try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
+        return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+        return ""
+
+
+def visible_gpu_ids(visible: str | None, smi_list: str) -> tuple[str, ...]:
+    """The GPUs this process may use, named as CUDA_VISIBLE_DEVICES names them, so that the panes'
+    CUDA_VISIBLE_DEVICES pick the same physical GPUs; without it, nvidia-smi -L's 0..n-1. CUDA ignores
+    everything from the first invalid entry on (so "-1" hides every GPU)."""
+    if visible is None:
+        return tuple(str(i) for i in range(sum(1 for line in smi_list.splitlines() if line.startswith("GPU "))))
+    ids = []
+    for entry in (e.strip() for e in visible.split(",")):
+        if not entry or entry.startswith("-"):
+            break
+        ids.append(entry)
+    return tuple(ids)
+
+
+def gpu_memory_mib(ids: Sequence[str], smi_query: str) -> int | None:
+    """The smallest total memory (MiB) among `ids`, from `nvidia-smi --query-gpu=index,uuid,memory.total
+    --format=csv,noheader,nounits`; None when one is not listed (a MIG slice) or nvidia-smi said nothing."""
+    rows = [[c.strip() for c in line.split(",")] for line in smi_query.splitlines() if line.count(",") == 2]
+    sizes: list[str] = []
+    for gid in ids:
+        if gid.isdigit():
+            # nvidia-smi numbers GPUs in PCI order, CUDA (by default) fastest first: on a machine of mixed
+            # models an index may name another GPU, so an index counts as the smallest of them all
+            found = [r[2] for r in rows] if int(gid) < len(rows) else []
+        else:  # a UUID (or its prefix), as CUDA_VISIBLE_DEVICES accepts
+            found = [r[2] for r in rows if r[1].startswith(gid)]
+        if not found or not all(x.isdigit() for x in found):
+            return None
+        sizes += found
+    return min(map(int, sizes)) if sizes else None
 
 
 def detect_machine() -> Machine:
-    return Machine(gpus=count_gpus(), cpus=len(os.sched_getaffinity(0)))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = visible_gpu_ids(visible, nvidia_smi("-L") if visible is None else "")
+    memory = gpu_memory_mib(ids, nvidia_smi("--query-gpu=index,uuid,memory.total", "--format=csv,noheader,nounits"))
+    return Machine(gpus=len(ids), cpus=len(os.sched_getaffinity(0)), gpu_ids=ids, gpu_memory_mib=memory)
 
 
-def split_gpus(inference_gpus: int, trainer_gpus: int, present: int) -> tuple[list[int], list[int]]:
-    """Contiguous split, inference first: 6 + 2 of 8 -> [0..5], [6, 7]."""
-    if inference_gpus + trainer_gpus > present:
-        raise PlanError(
-            "inference.gpus + trainer.gpus", inference_gpus + trainer_gpus,
-            f"this machine has {present} GPU{'s' * (present != 1)}; lower inference.gpus ({inference_gpus}) "
-            f"or trainer.gpus ({trainer_gpus})",
-        )
-    return list(range(inference_gpus)), list(range(inference_gpus, inference_gpus + trainer_gpus))
+def split_gpus(inference_gpus: int, trainer_gpus: int, ids: Sequence[str],
+               share: str = "auto") -> tuple[list[str], list[str]]:
+    """Separate GPUs, inference first: 6 + 2 of 8 -> 0..5, 6..7. Shared (inference.share_gpus "always", or
+    "auto" when there are too few for both): both panes from the first ones, 1 + 1 of 1 -> [0], [0]."""
+    i, t, present = inference_gpus, trainer_gpus, len(ids)
+    have = f"this machine has {present} GPU{'s' * (present != 1)}"
+    if i + t <= present and share != "always":
+        return list(ids[:i]), list(ids[i : i + t])
+    if share == "never":
+        raise PlanError("inference.gpus + trainer.gpus", i + t,
+                        f'{have}; lower inference.gpus ({i}) or trainer.gpus ({t}), or let vLLM and the trainer '
+                        f'share GPUs (inference.share_gpus = "auto")')
+    if max(i, t) > present:
+        raise PlanError("inference.gpus + trainer.gpus", i + t,
+                        f"{have}; lower inference.gpus ({i}) or trainer.gpus ({t})")
+    return list(ids[:i]), list(ids[:t])
+
+
+def _ceil2(x: float) -> float:
+    return math.ceil(round(x * 100, 6)) / 100
+
+
+def _floor2(x: float) -> float:
+    return math.floor(round(x * 100, 6)) / 100
+
+
+def split_memory(cfg: RLConfig, gpu_mib: int | None, workdir: Path, processes: int) -> tuple[SharedMemory, list[str]]:
+    """vLLM's share of GPUs it shares with the trainer: inference.args.gpu_memory_utilization if the config
+    says, else each side gets its estimated need and half of what is left. Refuses a split that cannot hold
+    what is certain (weights, gradients, optimizer states); notes what may not fit or was not checked."""
+    given = cfg.inference.args.get("gpu_memory_utilization")
+    config_json = find_model_config(cfg.model, workdir)
+    shape = model_shape(config_json) if config_json else None
+    if shape is None or gpu_mib is None:
+        util = given if given is not None else SHARED_UTILIZATION_UNKNOWN_SIZE
+        why = ("the GPU's total memory is unknown (nvidia-smi did not list it)" if shape is not None else
+               f'the size of model "{cfg.model}" cannot be read offline (no config.json in a local folder or '
+               f"the Hugging Face cache)")
+        return SharedMemory(None, util, given is None), [f"memory not checked: {why}; vLLM takes {util} of each shared GPU"]
+    total = gpu_mib * 2**20
+    vllm, trainer = vllm_need(shape, cfg.inference.args), trainer_need(shape, cfg, processes)
+    room = total - 2 * CUDA_CONTEXT  # both processes' CUDA contexts sit outside vLLM's budget
+    least, most = _ceil2(vllm.total / total), _floor2((room - trainer.static_total) / total)
+    if given is None:
+        spare = room - vllm.total - trainer.total
+        util = max(least, _floor2((vllm.total + spare / 2) / total))
+    else:
+        util = float(given)
+    key = "inference.args.gpu_memory_utilization"
+    gpu = f"the {gib(total)} GiB GPU it shares with the trainer"
+    if least > most:
+        what = "full fine-tuning" if not cfg.args.use_lora else "LoRA training"
+        allowed = (f"{what} of {cfg.model} ({shape.params / 1e9:.2f}B parameters) needs {gib(trainer.static_total)} "
+                   f"GiB before activations ({trainer.describe(only_static=True)}) and vLLM {gib(vllm.total)} GiB "
+                   f"({vllm.describe()}); with two CUDA contexts ({gib(2 * CUDA_CONTEXT)} GiB) that is more than one "
+                   f"{gib(total)} GiB GPU holds; ")
+        if not cfg.args.use_lora:
+            raise PlanError("trainer.args.use_lora", "false", allowed + "use LoRA (trainer.args.use_lora = true) or "
+                            "give the trainer GPUs of its own")
+        raise PlanError("model", f'"{cfg.model}"', allowed + "use a smaller model or give the trainer GPUs of its own")
+    if util < least:
+        raise PlanError(key, util, f"must be at least {least} on {gpu}: vLLM needs {gib(vllm.total)} GiB "
+                                   f"({vllm.describe()})")
+    if util > most:
+        raise PlanError(key, util, f"must be at most {most} on {gpu}: the trainer needs {gib(trainer.static_total)} "
+                                   f"GiB before activations ({trainer.describe(only_static=True)}), plus "
+                                   f"{gib(2 * CUDA_CONTEXT)} GiB for two CUDA contexts")
+    notes = []
+    left = room - util * total
+    if left < trainer.total:
+        notes.append(f"the trainer may run out of GPU memory: its estimated peak, {gib(trainer.total)} GiB, is more "
+                     f"than the {gib(left)} GiB vLLM leaves it; set trainer.args.gradient_checkpointing = true or a "
+                     f"smaller trainer.args.micro_batch_size"
+                     + (f", or a smaller {key} (at least {least})" if given is not None and util > least else ""))
+    return SharedMemory(total, util, given is None, vllm, trainer), notes
 
 
 def split_cpus(ncpu: int) -> tuple[list[int], int]:
@@ -157,14 +286,24 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
     tr_env: dict[str, str] = {}
     use_gpu = machine.gpus > 0 and cfg.inference.gpus > 0
     tp = dp = 1
+    memory, notes = None, []
     if use_gpu:
-        inf_dev, tr_dev = split_gpus(cfg.inference.gpus, cfg.trainer.gpus, machine.gpus)
-        inf_env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, inf_dev))
-        tr_env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, tr_dev))
+        inf_dev, tr_dev = split_gpus(cfg.inference.gpus, cfg.trainer.gpus, machine.ids, cfg.inference.share_gpus)
+        inf_env["CUDA_VISIBLE_DEVICES"] = ",".join(inf_dev)
+        tr_env["CUDA_VISIBLE_DEVICES"] = ",".join(tr_dev)
         tp = int(cfg.inference.args.get("tensor_parallel_size", 1))
         dp = len(inf_dev) // tp  # RLConfig checked that tp divides inference.gpus
         if dp > 1:
             cfg.inference.args["data_parallel_size"] = dp
+        shared = [d for d in inf_dev if d in tr_dev]
+        if shared:
+            if cfg.inference.share_gpus == "auto":
+                notes.append(f"this machine has {machine.gpus} GPU{'s' * (machine.gpus != 1)}, fewer than "
+                             f"inference.gpus + trainer.gpus = {cfg.inference.gpus + cfg.trainer.gpus}: vLLM and the "
+                             f"trainer share GPU {','.join(shared)} (inference.share_gpus = \"never\" refuses instead)")
+            memory, memory_notes = split_memory(cfg, machine.gpu_memory_mib, workdir, len(tr_dev))
+            notes += memory_notes
+            cfg.inference.args["gpu_memory_utilization"] = memory.utilization  # what vf-vllm passes to vLLM
     else:
         inf_dev, tr_dev = [], []
         cores, trainer_threads = split_cpus(machine.cpus)
@@ -196,7 +335,7 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
         inference=PanePlan("Inference", run_dir / "inference.sh", inf_env, inf_cmd, logs / "inference.log"),
         trainer=PanePlan("Trainer", run_dir / "trainer.sh", tr_env, tr_cmd, logs / "trainer.log"),
         metrics=PanePlan("Metrics", run_dir / "trainer.sh", {}, [console_script("vf-rl"), "watch", str(run_dir)]),
-        config=cfg, tensor_parallel=tp, data_parallel=dp, trainer_processes=processes,
+        config=cfg, tensor_parallel=tp, data_parallel=dp, trainer_processes=processes, memory=memory, notes=notes,
     )
 
 
@@ -273,17 +412,36 @@ def trainer_epilogue(run_dir: Path, grace_s: int = 30) -> list[str]:
 def render_plan(plan: Plan, workdir: Path, machine: Machine, socket_name: str | None) -> str:
     """What `--dry-run` prints: the machine, the split, the run directory, and each pane's exact script."""
     if plan.device == "cuda":
-        devices = (f"inference GPUs {','.join(map(str, plan.inference_devices))} (vLLM: {plan.data_parallel} "
+        devices = (f"inference GPUs {','.join(plan.inference_devices)} (vLLM: {plan.data_parallel} "
                    f"data-parallel x {plan.tensor_parallel} tensor-parallel); trainer GPUs "
-                   f"{','.join(map(str, plan.trainer_devices)) or 'none'} ({plan.trainer_processes} process"
+                   f"{','.join(plan.trainer_devices) or 'none'} ({plan.trainer_processes} process"
                    f"{'es' * (plan.trainer_processes > 1)})")
+        if plan.shared_devices:
+            devices += f"; shared by both: {','.join(plan.shared_devices)}"
     else:
         devices = (f"no GPU in use: inference on cores {plan.inference.env['VLLM_CPU_OMP_THREADS_BIND']}, "
                    f"trainer with {plan.trainer.env['OMP_NUM_THREADS']} thread(s)"
                    + (f" x {plan.trainer_processes} processes" if plan.trainer_processes > 1 else ""))
-    out = [
-        f"machine:        {machine.gpus} GPU(s), {machine.cpus} CPU core(s)",
-        f"devices:        {devices}",
+    gpus = f"{machine.gpus} GPU(s)"
+    if machine.gpu_ids and machine.gpu_ids != tuple(str(i) for i in range(machine.gpus)):
+        gpus += f" (CUDA_VISIBLE_DEVICES={','.join(machine.gpu_ids)})"
+    if machine.gpu_memory_mib:
+        gpus += f" of {machine.gpu_memory_mib / 1024:.1f} GiB"
+    out = [f"machine:        {gpus}, {machine.cpus} CPU core(s)", f"devices:        {devices}"]
+    if m := plan.memory:
+        chosen = ("inference.args.gpu_memory_utilization" if not m.derived else
+                  "derived" if m.gpu_bytes else "vf-rl's choice when it cannot check")
+        if m.gpu_bytes is None:
+            out.append(f"memory:         vLLM --gpu-memory-utilization {m.utilization} ({chosen}); not checked")
+        else:
+            left = m.gpu_bytes * (1 - m.utilization) - 2 * CUDA_CONTEXT
+            out += [f"memory:         vLLM --gpu-memory-utilization {m.utilization} ({chosen}): "
+                    f"{gib(m.gpu_bytes * m.utilization)} of each shared {gib(m.gpu_bytes)} GiB GPU",
+                    f"                vLLM needs {gib(m.vllm.total)} GiB: {m.vllm.describe()}",
+                    f"                the trainer gets the rest less 2 CUDA contexts, {gib(left)} GiB; estimated "
+                    f"peak {gib(m.trainer.total)} GiB: {m.trainer.describe()}"]
+    out += [f"note:           {note}" for note in plan.notes]
+    out += [
         f"run directory:  {plan.run_dir}",
         f"tmux session:   {plan.session}" + (f" (socket -L {socket_name})" if socket_name else ""),
         f"vLLM endpoint:  http://{plan.config.inference.host}:{plan.config.inference.port}/v1"
