@@ -18,12 +18,23 @@ __all__ = [
     "Environment", "Rollout", "SingleTurnEnv", "MultiTurnEnv", "ToolEnv", "StatefulToolEnv", "EnvGroup",
     "Rubric", "RubricGroup", "JudgeRubric", "MathRubric", "extract_boxed_answer",
     "Parser", "XMLParser", "ThinkParser", "load_environment",
+    # verifiers' classic API names, so that a package ports by `import vfrl as vf` (docs/environments.md)
+    "stop", "State", "Messages", "Message", "SystemMessage", "UserMessage", "AssistantMessage", "ToolMessage",
+    "ToolCall", "DatasetBuildError", "load_example_dataset", "extract_hash_answer", "BOXED_SYSTEM_PROMPT",
+    "THINK_BOXED_SYSTEM_PROMPT", "ReasoningGymEnv", "TextArenaEnv", "PythonEnv", "SandboxEnv", "BrowserEnv",
 ]
 _HOME = {"RLConfig": "vfrl.config", "load_config": "vfrl.config"}
+# verifiers' module paths, reachable as attributes too (`vf.utils.data_utils.load_example_dataset`)
+_SUBMODULES = ("types", "utils", "rubrics", "envs")
 
 
 def __getattr__(name: str):
     """Exports load on first use: `vf-rl` imports vfrl.config and must not pay for openai (environments)."""
+    if name in _SUBMODULES:
+        module = import_module(f"vfrl.{name}")
+        if name == "utils":
+            import_module("vfrl.utils.data_utils")
+        return module
     if name not in __all__:
         raise AttributeError(f"module 'vfrl' has no attribute {name!r}")
     value = getattr(import_module(_HOME.get(name, "vfrl.environments")), name)

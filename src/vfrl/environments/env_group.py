@@ -20,9 +20,10 @@ class EnvGroup(Environment):
         self.envs = list(envs)
         self.env_names = names
         self.env_map = dict(zip(names, envs))
+        # builders, so that the envs' own builders run only when a split is read (see environment.py)
         super().__init__(
-            dataset=self._tagged(lambda e: e.dataset),
-            eval_dataset=self._tagged(lambda e: e.eval_dataset) if any(e.eval_dataset for e in envs) else None,
+            dataset=lambda: self._tagged(lambda e: e.dataset),
+            eval_dataset=lambda: self._tagged(lambda e: e.eval_dataset) if any(e.eval_dataset for e in envs) else None,
             **kwargs,
         )
 

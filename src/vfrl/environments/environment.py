@@ -9,7 +9,9 @@ the id, logprob and mask lists stay empty.
 
 Dataset rows (list of dicts or a HF `datasets.Dataset`): `question` (or a chat `prompt`), optional
 `answer`, `info`, `task`, `example_id`. `system_prompt` and `few_shot` build the chat prompt from
-`question`.
+`question`. A dataset may also be a function that returns one (verifiers' `dataset=build_dataset`):
+it is called on first use of the split, so an environment whose data comes from the network loads
+without it, and fails when (and only if) that split is read.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from vfrl.environments.faults import RolloutFaults, is_rejected_request, request_error_text, start_clock, time_left
+from vfrl.environments.faults import (
+    RolloutFaults, is_rejected_request, one_line, request_error_text, start_clock, time_left,
+)
+from vfrl.environments.messages import messages
 from vfrl.environments.parsers import Parser
 from vfrl.environments.rubric import Rubric
 
@@ -30,7 +35,7 @@ class Rollout:
     example_id: int
     prompt: Messages
     completion: Messages  # every message after the prompt: model replies, tool/env messages
-    answer: str
+    answer: Any  # as the row gives it (verifiers keeps an integer an integer)
     prompt_ids: list[int]  # the first turn's prompt tokens (this and the next three: empty in text mode)
     completion_ids: list[int]  # everything after them: model tokens of every turn, env tokens between
     completion_logprobs: list[float]  # sampling logprobs, one per completion token (0.0 on env tokens)
@@ -65,6 +70,16 @@ def as_rows(data: Any, what: str) -> list[dict[str, Any]]:
     return rows
 
 
+class DatasetBuildError(RuntimeError):
+    """A dataset builder function raised; the message is one line naming the builder and the error."""
+
+    worded_for_users = True  # vf-train prints the message alone (trainer/failure.py: describe)
+
+
+# the row keys every environment fills in; the others reach reward functions by name, as in verifiers
+ROW_FIELDS = ("prompt", "question", "answer", "info", "task", "example_id")
+
+
 class Environment:
     """Base class. Subclasses implement `rollout`; scoring goes through the rubric."""
 
@@ -77,16 +92,59 @@ class Environment:
         parser: Parser | None = None,
         rubric: Rubric | None = None,
         env_id: str | None = None,
+        sampling_args: dict[str, Any] | None = None,
+        message_type: str = "chat",
     ):
+        if message_type != "chat":
+            # verifiers' text-completion prompts (a string prompt, /v1/completions): not implemented here
+            raise NotImplementedError(f"message_type={message_type!r} is not supported by vfrl: "
+                                      "only chat prompts (message_type='chat')")
         self.system_prompt = system_prompt
         self.few_shot = list(few_shot or [])
         self.parser = parser or Parser()
         self.rubric = rubric or Rubric(parser=self.parser)
         self.env_id = env_id or type(self).__name__
-        self.dataset = self.format_dataset(as_rows(dataset, "dataset"))
-        self.eval_dataset = self.format_dataset(as_rows(eval_dataset, "eval_dataset")) if eval_dataset is not None else None
-        if not self.dataset and not self.eval_dataset:
-            raise ValueError(f"{self.env_id}: give a dataset or an eval_dataset (both are empty)")
+        # the environment's own request settings (verifiers' `sampling_args`); the run's settings win
+        self.sampling_args = dict(sampling_args or {})
+        self._splits: dict[str, Any] = {"dataset": dataset, "eval_dataset": eval_dataset}
+        self._built: dict[str, list[dict[str, Any]] | None] = {}
+        if not callable(dataset) and not callable(eval_dataset):
+            if not self.dataset and not self.eval_dataset:
+                raise ValueError(f"{self.env_id}: give a dataset or an eval_dataset (both are empty)")
+
+    def _split(self, name: str) -> list[dict[str, Any]] | None:
+        if name not in self._built:
+            source = self._splits[name]
+            if callable(source) and not hasattr(source, "to_list"):
+                try:
+                    source = source()
+                except DatasetBuildError:
+                    raise  # an inner env's builder (EnvGroup), already worded
+                except Exception as e:
+                    builder = getattr(source, "__qualname__", repr(source))
+                    raise DatasetBuildError(one_line(
+                        f"{self.env_id}: building its {name} ({builder}()) raised {type(e).__name__}: {e}", 400)) from e
+            self._built[name] = None if source is None and name == "eval_dataset" else self.format_dataset(
+                as_rows(source, name))
+        return self._built[name]
+
+    @property
+    def dataset(self) -> list[dict[str, Any]]:
+        return self._split("dataset")
+
+    @dataset.setter
+    def dataset(self, rows: Any) -> None:
+        self._splits["dataset"] = rows
+        self._built.pop("dataset", None)
+
+    @property
+    def eval_dataset(self) -> list[dict[str, Any]] | None:
+        return self._split("eval_dataset")
+
+    @eval_dataset.setter
+    def eval_dataset(self, rows: Any) -> None:
+        self._splits["eval_dataset"] = rows
+        self._built.pop("eval_dataset", None)
 
     def format_dataset(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Fill the conventions in once: `prompt` from `question`, `answer`/`info`/`task`/`example_id` defaults."""
@@ -125,8 +183,10 @@ class Environment:
 
     async def score(self, rollout: Rollout, state: dict[str, Any] | None = None) -> Rollout:
         state = state if state is not None else {"truncated": rollout.truncated}
+        # the row's other columns too, by name, as verifiers passes them
+        extra = {k: v for k, v in (state.get("input") or {}).items() if k not in ROW_FIELDS}
         rollout.reward, rollout.metrics = await self.rubric.score(
-            prompt=rollout.prompt, completion=rollout.completion, answer=rollout.answer,
+            **extra, prompt=messages(rollout.prompt), completion=messages(rollout.completion), answer=rollout.answer,
             state=state, task=rollout.task, info=rollout.info,
         )
         rollout.reward_errors = dict(state.get("reward_errors") or {})  # the rubric's record, see rubric.py

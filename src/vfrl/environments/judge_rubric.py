@@ -2,8 +2,10 @@
 
 `judge(prompt, completion, answer, state)` asks the judge once per rollout (the verdict is kept in
 `state`); the built-in `judge_reward_func` turns the verdict into a score: `yes` -> 1.0, `no` -> 0.0,
-else the first number divided by `max_score` and clipped to [0, 1]. Add your own reward functions
-that `await rubric.judge(...)` to read the verdict differently.
+else the first number divided by `max_score` and clipped to [0, 1]. It scores only a rubric that
+has no reward functions of its own: add your own (`funcs=` or `add_reward_func`) that
+`await judge(...)` (reward functions may name `judge`, as in verifiers) to read the verdict
+differently, and they alone score.
 """
 
 from __future__ import annotations
@@ -45,8 +47,15 @@ class JudgeRubric(Rubric):
         self.judge_prompt = judge_prompt
         self.judge_sampling_args = dict(judge_sampling_args or {})
         self.max_score = max_score
-        if not self.funcs:
-            self.add_reward_func(self.judge_reward_func)
+        self.class_objects.update(judge=self.judge, judge_model=judge_model, judge_prompt=judge_prompt,
+                                  judge_sampling_args=self.judge_sampling_args)
+        if judge_client is not None:  # not made here: building the env must not need an API key
+            self.class_objects["judge_client"] = judge_client
+
+    def scored_funcs(self):
+        # decided when scoring, not when built: verifiers packages add their functions after building
+        # the rubric, and the judge's own reward on top of theirs would be scored twice
+        return (self.funcs, self.weights) if self.funcs else ([self.judge_reward_func], [1.0])
 
     @property
     def judge_client(self):

@@ -30,10 +30,15 @@ def boxed_content(text: str) -> str | None:
     return None  # unclosed box: nothing was boxed
 
 
-def extract_boxed_answer(text: str) -> str:
-    """Content of the last `\\boxed{...}`, or `text` itself when nothing is boxed (as in verifiers)."""
+def extract_boxed_answer(text: str, strict: bool = False) -> str:
+    """Content of the last `\\boxed{...}`, or `text` itself when nothing is boxed (as in verifiers);
+    `strict=True`: "" when nothing is boxed."""
     content = boxed_content(text)
-    return text if content is None else content
+    return ("" if strict else text) if content is None else content
+
+
+def _boxed_or_empty(text: str) -> str:
+    return extract_boxed_answer(text, strict=True)
 
 
 _LATEX_NOISE = [r"\left", r"\right", r"\!", r"\,", r"\;", r"\:", r"\displaystyle", "$"]
@@ -120,7 +125,11 @@ class MathRubric(Rubric):
     symbolically), else 0.0. With a `parser`, its `parse_answer(completion)` picks the answer instead."""
 
     def __init__(self, funcs: list | None = None, weights: list[float] | None = None, parser=None):
-        super().__init__(funcs, weights, parser=parser)
+        from vfrl.environments.parsers import Parser
+
+        # the default reads the last box, as verifiers' does; an env built with `parser=rubric.parser`
+        # (verifiers' gsm8k) then parses answers the same way
+        super().__init__(funcs, weights, parser=parser if parser is not None else Parser(_boxed_or_empty))
         self.add_reward_func(self.correct_answer_reward_func)
 
     @staticmethod

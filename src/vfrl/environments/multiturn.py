@@ -1,9 +1,11 @@
 """MultiTurnEnv: the model and the environment take turns until `is_completed` or `max_turns`.
 
 Override `env_response(messages, state)` (the environment's next messages), `is_completed(messages,
-state)` and optionally `setup_state(state)`; each may be sync or async. `state` is a dict that lives
-for one rollout and reaches the rubric: it starts with prompt, answer, task, info, example_id,
-turn (model replies so far), completion and truncated.
+state)` and optionally `setup_state(state)`; each may be sync or async. Methods marked `@stop`
+(verifiers' stop conditions, `(self, state) -> bool`) end the rollout too. `state` is a dict that
+lives for one rollout and reaches the rubric: it starts with prompt, answer, task, info, example_id,
+turn (model replies so far), completion, truncated, input (the dataset row) and trajectory (one
+step per model reply: its prompt, completion and whether it was truncated).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 
 from vfrl.environments.environment import Environment, Messages, Rollout
 from vfrl.environments.faults import is_rejected_request, request_error_text
+from vfrl.environments.messages import Message, messages as as_messages
+from vfrl.environments.rubric import call_with_named_args
 from vfrl.environments.sampling import SequenceError, TurnSampler
 
 log = logging.getLogger(__name__)
@@ -23,13 +27,36 @@ async def maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
+def stop(func=None, priority: int = 0):
+    """Marks a method `(self, state) -> bool` (sync or async) as a stop condition, as verifiers'
+    `@vf.stop` does: the rollout ends when any returns True. Higher `priority` is asked first."""
+
+    def mark(f):
+        f.stop, f.stop_priority = True, priority
+        return f
+
+    return mark if func is None else mark(func)
+
+
 class MultiTurnEnv(Environment):
     def __init__(self, max_turns: int = 10, **kwargs):
         super().__init__(**kwargs)
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, got {max_turns}")
+        if max_turns == 0 or max_turns < -1:
+            raise ValueError(f"max_turns must be at least 1 (or -1: no limit), got {max_turns}")
         self.max_turns = max_turns
         self.sampler_flags: dict[str, Any] = {}  # shared by this env's rollouts, see TurnSampler
+        # looked up on the class: getattr on the instance would build lazy datasets (properties)
+        marked = [n for n in dir(type(self)) if getattr(getattr(type(self), n, None), "stop", None) is True]
+        self.stop_conditions = sorted((getattr(self, n) for n in marked),
+                                      key=lambda m: (-getattr(m, "stop_priority", 0), m.__name__))
+
+    async def finished(self, messages: Messages, state: dict[str, Any]) -> bool:
+        if await maybe_await(self.is_completed(messages, state)):
+            return True
+        for condition in self.stop_conditions:
+            if await maybe_await(call_with_named_args(condition, {"state": state, "messages": messages})):
+                return True
+        return False
 
     # ---- what a subclass overrides ----
     def setup_state(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -49,19 +76,20 @@ class MultiTurnEnv(Environment):
     async def rollout_with_state(self, client, model: str, row: dict[str, Any], example_id: int,
                                  sampling: dict[str, Any], record_tokens: bool = True) -> tuple[Rollout, dict[str, Any]]:
         prompt = self.prompt_of(row)
+        prompt = as_messages(prompt)
         state: dict[str, Any] = {
-            "prompt": prompt, "answer": str(row.get("answer", "")), "task": row.get("task", "default"),
+            "prompt": prompt, "answer": row.get("answer", ""), "task": row.get("task", "default"),
             "info": dict(row.get("info") or {}), "example_id": example_id, "turn": 0, "completion": [],
-            "truncated": False,
+            "truncated": False, "input": row, "trajectory": [],
         }
         state = await maybe_await(self.setup_state(state)) or state
-        messages = [dict(m) for m in prompt]
+        messages = as_messages(prompt)
         completion: Messages = state["completion"]
-        sampler = TurnSampler(client, model, sampling, self.sampler_flags, tools=self.tools_for_request(),
-                              record_tokens=record_tokens)
+        sampler = TurnSampler(client, model, {**self.sampling_args, **sampling}, self.sampler_flags,
+                              tools=self.tools_for_request(), record_tokens=record_tokens)
         new: Messages = []
         error = None
-        while not await maybe_await(self.is_completed(messages, state)):
+        while not await self.finished(messages, state):
             try:
                 turn = await sampler.sample(messages, new)
             except Exception as e:
@@ -73,18 +101,20 @@ class MultiTurnEnv(Environment):
                 log.warning("rollout of example %s ended at turn %d: %s", example_id, state["turn"], e)
                 error, state["truncated"] = request_error_text(e) if is_rejected_request(e) else str(e), True
                 break
-            messages.append(turn.message)
-            completion.append(turn.message)
+            reply = Message(turn.message)
+            state["trajectory"].append({"prompt": list(messages), "completion": [reply], "is_truncated": turn.truncated})
+            messages.append(reply)
+            completion.append(reply)
             state["turn"] += 1
             if turn.truncated:
                 state["truncated"] = True
                 break
-            if state["turn"] >= self.max_turns or await maybe_await(self.is_completed(messages, state)):
+            if state["turn"] >= self.max_turns > 0 or await self.finished(messages, state):
                 break
             new = await maybe_await(self.env_response(messages, state))
             if isinstance(new, tuple):  # verifiers' older (messages, state) return form
                 new, state = new
-            new = [dict(m) for m in new]
+            new = as_messages(new)
             messages += new
             completion += new
         seq = sampler.seq

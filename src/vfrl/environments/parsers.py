@@ -33,6 +33,19 @@ class Parser:
         texts = assistant_texts(completion)
         return self.parse(texts[-1]) if texts else None
 
+    # verifiers' helpers: the messages of one role, in order
+    def get_assistant_messages(self, completion: Messages) -> Messages:
+        return [m for m in completion if m.get("role") == "assistant"]
+
+    def get_user_messages(self, completion: Messages) -> Messages:
+        return [m for m in completion if m.get("role") == "user"]
+
+    def get_system_messages(self, completion: Messages) -> Messages:
+        return [m for m in completion if m.get("role") == "system"]
+
+    def get_tool_messages(self, completion: Messages) -> Messages:
+        return [m for m in completion if m.get("role") == "tool"]
+
     def get_format_reward_func(self) -> Callable[..., float]:
         def format_reward_func(completion) -> float:
             return 1.0
@@ -76,6 +89,11 @@ class XMLParser(Parser):
             if value is not None:
                 return value
         return None
+
+    def get_format_str(self) -> str:
+        """The expected format, for a system prompt: each field's tags (alternatives as `<[ a | b ]>`)."""
+        tag = lambda alts: alts[0] if len(alts) == 1 else f"[ {' | '.join(alts)} ]"  # noqa: E731
+        return "".join(f"<{tag(alts)}>\n...\n</{tag(alts)}>\n" for alts in self.fields)
 
     def format(self, **values: str) -> str:
         """`format(think="...", answer="42")` -> the fields as XML, in field order."""

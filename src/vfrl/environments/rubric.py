@@ -39,20 +39,36 @@ def call_with_named_args(func: Callable[..., Any], available: dict[str, Any]) ->
 
 class Rubric:
     def __init__(self, funcs: list[RewardFunc] | None = None, weights: list[float] | None = None, parser=None):
+        from vfrl.environments.parsers import Parser  # parsers.py is imported by users first; no cycle then
+
         self.funcs = list(funcs or [])
         self.weights = list(weights) if weights is not None else [1.0] * len(self.funcs)
         if len(self.weights) != len(self.funcs):
             raise ValueError(f"Rubric got {len(self.funcs)} functions but {len(self.weights)} weights")
-        self.parser = parser
+        # verifiers hands reward functions a plain Parser() when the rubric was given none
+        self.parser = parser if parser is not None else Parser()
+        self.class_objects: dict[str, Any] = {}  # more arguments reward functions may name (add_class_object)
 
     def add_reward_func(self, func: RewardFunc, weight: float = 1.0) -> None:
         self.funcs.append(func)
         self.weights.append(weight)
 
+    def add_metric(self, func: RewardFunc, weight: float = 0.0) -> None:
+        """A function logged as a metric, not rewarded (weight 0)."""
+        self.add_reward_func(func, weight)
+
+    def add_class_object(self, name: str, obj: Any) -> None:
+        """Reward functions that name `name` get `obj` (verifiers' way of handing them a client, a tool...)."""
+        self.class_objects[name] = obj
+
+    def scored_funcs(self) -> tuple[list[RewardFunc], list[float]]:
+        """The functions that score a rollout and their weights."""
+        return self.funcs, self.weights
+
     def metric_names(self) -> list[str]:
         """One name per function: its __name__, numbered when two functions share one (two lambdas)."""
         names: list[str] = []
-        for func in self.funcs:
+        for func in self.scored_funcs()[0]:
             name = getattr(func, "__name__", type(func).__name__)
             names.append(name if name not in names else f"{name}_{names.count(name) + 1}")
         return names
@@ -60,10 +76,13 @@ class Rubric:
     async def score(self, **available: Any) -> tuple[float, dict[str, float]]:
         """Returns (weighted reward, {func name: score, "reward_errors": count}); reward 0 if any failed."""
         available.setdefault("parser", self.parser)
+        for name, obj in self.class_objects.items():
+            available.setdefault(name, obj)
         state = available.setdefault("state", {})
         metrics: dict[str, float] = {}
         errors: dict[str, str] = {}
-        for func, name in zip(self.funcs, self.metric_names()):
+        funcs, weights = self.scored_funcs()
+        for func, name in zip(funcs, self.metric_names()):
             if errors and (left := time_left()) is not None and left <= 0:
                 metrics[name] = 0.0  # not run: the function that used the time up is the one to blame
                 continue
@@ -71,7 +90,7 @@ class Rubric:
             if error is not None:
                 log.debug("reward function %s %s; scored 0", name, error)
                 errors[name] = error
-        reward = 0.0 if errors else sum(w * metrics[n] for n, w in zip(self.metric_names(), self.weights))
+        reward = 0.0 if errors else sum(w * metrics[n] for n, w in zip(self.metric_names(), weights))
         metrics["reward_errors"] = float(len(errors))
         if errors:
             state.setdefault("reward_errors", {}).update(errors)

@@ -1,0 +1,234 @@
+"""Do verifiers' classic environment packages port to vfrl by changing the import?
+
+    python benchmarks/verifiers_port_check.py /tmp/vfclassic/environments [--vfrl-src DIR] [--deps DIR]
+
+ENV_DIR is the `environments/` folder of verifiers' last commit with the classic API (git archive it
+from github.com/PrimeIntellect-ai/verifiers; nothing of it is kept here). Each package folder that has
+`<name>/<name>.py` is copied to a temp dir, `verifiers` is swapped for `vfrl` in its imports, and in
+a subprocess of its own (offline: HF_HUB_OFFLINE=1) it is imported and `load_environment()` is
+called. A package that loads is then scored on fixed rollouts (below), whose expected rewards are
+what verifiers' code gives them; judge models are answered by a fake OpenAI client. Its datasets
+are built too, to tell which need the network.
+
+--vfrl-src puts another vfrl source tree first (to measure an older commit); --deps adds a folder of
+extra packages after site-packages (e.g. `pip install --target DIR datasets`, which most packages
+import at the top): it supplies what the venv lacks and replaces nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SWAPS = [(r"^(\s*)import verifiers as vf\b", r"\1import vfrl as vf"),
+         (r"^(\s*)from verifiers(\.|\s)", r"\1from vfrl\2"),
+         (r"^(\s*)import verifiers\s*$", r"\1import vfrl as verifiers")]
+
+A = {"role": "assistant"}
+
+
+def msgs(*turns: tuple[str, str]) -> list[dict]:
+    return [{"role": r, "content": c} for r, c in turns]
+
+
+# package -> (load kwargs, [(row, completion, expected reward under verifiers, judge reply or None)])
+CASES = {
+    "reverse_text": ({}, [
+        ({"prompt": msgs(("user", "hello")), "answer": "olleh"}, msgs(("assistant", "<reversed_text>olleh</reversed_text>")), 1.0, None),
+        ({"prompt": msgs(("user", "hello")), "answer": "olleh"}, msgs(("assistant", "no tags")), 0.0, None),
+    ]),
+    "gsm8k": ({}, [
+        ({"prompt": msgs(("user", "6*7?")), "answer": "42"}, msgs(("assistant", "so \\boxed{42}")), 1.0, None),
+        ({"prompt": msgs(("user", "6*7?")), "answer": 42}, msgs(("assistant", "so \\boxed{42}")), 1.0, None),
+        ({"prompt": msgs(("user", "6*7?")), "answer": "42"}, msgs(("assistant", "42")), 0.0, None),
+    ]),
+    "doublecheck": ({}, [
+        ({"prompt": msgs(("user", "1+2?")), "answer": "3"},
+         msgs(("assistant", "\\boxed{3}"), ("user", "Are you sure?"), ("assistant", "yes, \\boxed{3}")), 1.0, None),
+    ]),
+    "math_group": ({}, [
+        ({"prompt": msgs(("user", "1+6?")), "answer": "7", "task": "gsm8k"}, msgs(("assistant", "\\boxed{7}")), 1.0, None),
+        ({"prompt": msgs(("user", "1+6?")), "answer": "7", "task": "math"}, msgs(("assistant", "\\boxed{7}")), 1.2, None),
+    ]),
+    "mmmu": ({}, [
+        ({"prompt": msgs(("user", "A or B?")), "answer": "A"}, msgs(("assistant", "\\boxed{A}")), 1.0, None),
+    ]),
+    "tool_test": ({}, [
+        ({"prompt": msgs(("user", "call")), "info": {"tool_names": ["tool_A", "tool_B"]}},
+         [{**A, "content": "", "tool_calls": [
+             {"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": '{"x": 1}'}}
+             for i, n in enumerate(["tool_B", "tool_A"])]}], 1.0, None),
+    ]),
+    "alphabet_sort": ({}, [
+        ({"prompt": msgs(("user", "sort")), "info": {"num_turns": 1, "ground_truths": [["AdaLovelace", "AlanTuring"]],
+                                                     "follow_ups": [], "turn_names": [], "sort_by_first": True}},
+         msgs(("assistant", "<alphabetical_sorted>\nAdaLovelace\nAlanTuring\n</alphabetical_sorted>")), 1.0, None),
+    ]),
+    "sentence_repeater": ({}, [
+        ({"prompt": msgs(("user", "q1")), "info": {"questions": ["q1", "q2"], "answers": ["a one", "a two"]}},
+         msgs(("assistant", "a one"), ("user", "q2"), ("assistant", "a two")), 1.0, None),
+    ]),
+    "toxicity_explanation": ({}, [
+        ({"prompt": msgs(("user", "text")), "answer": "toxic"}, msgs(("assistant", "toxic, because")), 0.7, "7"),
+    ]),
+    # verifiers' JudgeRubric has no reward function of its own: this package scores 0 there
+    "self_reward": ({}, [
+        ({"prompt": msgs(("user", "q")), "answer": "a"}, msgs(("assistant", "a")), 0.0, "1.0"),
+    ]),
+    "browser_dom_example": ({"project_id": "p"}, []),
+    "reasoning_gym_env": ({"gym": "leg_counting", "num_train_examples": 4, "num_eval_examples": 2}, "own-answers"),
+}
+
+CHILD = r'''
+import asyncio, json, os, sys
+# after site-packages: the extra folder supplies what the venv lacks, never replaces what it has
+sys.path += [p for p in os.environ.get("PORT_CHECK_DEPS", "").split(os.pathsep) if p]
+ROW_DEFAULTS = {"answer": "", "info": {}, "task": "default"}
+out = {"load": None}
+judge_reply = {"text": ""}
+
+class _Judge:  # stands in for openai.AsyncOpenAI: every judge call gets the case's reply
+    def __init__(self, *a, **k):
+        async def create(**kw):
+            msg = type("M", (), {"content": judge_reply["text"]})
+            return type("R", (), {"choices": [type("C", (), {"message": msg})]})
+        self.chat = type("Chat", (), {"completions": type("Comp", (), {"create": staticmethod(create)})})
+
+import openai
+openai.AsyncOpenAI = _Judge
+
+def line(e):
+    return (type(e).__name__ + ": " + " ".join(str(e).split()))[:300]
+
+name, kwargs, cases = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+try:
+    import importlib
+    mod = importlib.import_module(name)
+    env = mod.load_environment(**kwargs)
+    import vfrl
+    if not isinstance(env, vfrl.Environment):
+        raise TypeError(f"load_environment() returned {type(env).__name__}")
+    out["load"] = "ok"
+except BaseException as e:
+    out["load"] = "error"
+    out["error"] = line(e)
+    out["error_type"] = type(e).__name__
+    out["missing_module"] = getattr(e, "name", None) if isinstance(e, ModuleNotFoundError) else None
+    print(json.dumps(out)); sys.exit(0)
+
+try:
+    n = len(env.dataset or env.eval_dataset or [])
+    out["data"] = f"ok ({n} rows)"
+    rows = env.dataset
+except BaseException as e:
+    out["data"] = line(e)
+    rows = []
+
+if cases == "own-answers":  # the dataset's own answer as the reply: full marks
+    cases = [({"prompt": r["prompt"], "answer": r["answer"], "info": r["info"], "task": r["task"]},
+              [{"role": "assistant", "content": "<answer>" + str(r["answer"]) + "</answer>"}], 1.0, None)
+             for r in rows[:4]]
+
+from vfrl.environments.environment import Rollout
+out["scores"] = []
+for row, completion, expected, judge in cases:
+    row = {**ROW_DEFAULTS, **row}
+    judge_reply["text"] = judge or ""
+    n_turns = sum(m["role"] == "assistant" for m in completion)
+    state = {"prompt": row["prompt"], "completion": completion, "answer": row["answer"], "info": row["info"],
+             "task": row["task"], "input": row, "turn": n_turns, "truncated": False,
+             "trajectory": [{"prompt": [], "completion": [m], "is_truncated": False} for m in completion if m["role"] == "assistant"]}
+    r = Rollout(example_id=0, prompt=row["prompt"], completion=completion, answer=row["answer"], prompt_ids=[],
+                completion_ids=[], completion_logprobs=[], completion_mask=[], policy="m", task=row["task"], info=row["info"])
+    try:
+        r = asyncio.run(env.score(r, state))
+        got, why = r.reward, "; ".join(f"{k}: {v}" for k, v in (r.reward_errors or {}).items())
+    except BaseException as e:
+        got, why = None, line(e)
+    out["scores"].append({"expected": expected, "got": got, "why": why[:200]})
+print(json.dumps(out))
+'''
+
+
+def port(src: Path, dst: Path) -> None:
+    shutil.copytree(src, dst)
+    for py in dst.rglob("*.py"):
+        text = py.read_text()
+        for pattern, repl in SWAPS:
+            text = re.sub(pattern, repl, text, flags=re.M)
+        py.write_text(text)
+
+
+def check(pkg: Path, work: Path, pythonpath: list[str], deps: list[str], timeout: float) -> dict:
+    name = pkg.name
+    port(pkg, work / name)
+    kwargs, cases = CASES.get(name, ({}, []))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join([str(work / name), *pythonpath]), "PORT_CHECK_DEPS": os.pathsep.join(deps)}
+    try:
+        proc = subprocess.run([sys.executable, "-c", CHILD, name, json.dumps(kwargs), json.dumps(cases)],
+                              capture_output=True, text=True, timeout=timeout, env=env, cwd=work)
+    except subprocess.TimeoutExpired:
+        return {"load": "error", "error": f"timed out after {timeout:g}s", "error_type": "Timeout"}
+    last = proc.stdout.strip().splitlines()[-1:] or [""]
+    try:
+        return json.loads(last[0])
+    except json.JSONDecodeError:
+        return {"load": "error", "error": (proc.stderr.strip().splitlines() or ["no output"])[-1][:300],
+                "error_type": "Crash"}
+
+
+def verdict(result: dict) -> str:
+    """One word for the table: loaded and scored as verifiers, wrong, unsupported service, missing dependency, error."""
+    if result["load"] != "ok":
+        if result.get("error_type") == "NotImplementedError":
+            return "unsupported"  # a class or mode vfrl says, in one line, that it does not provide
+        if result.get("missing_module") and not str(result["missing_module"]).startswith(("vfrl", "verifiers")):
+            return "needs-dependency"
+        return "load-error"
+    scores = result.get("scores") or []
+    if not scores:
+        return "loaded"
+    ok = all(s["got"] is not None and abs(s["got"] - s["expected"]) < 1e-6 for s in scores)
+    return "scores-as-verifiers" if ok else "scores-wrong"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("env_dir", type=Path)
+    ap.add_argument("--vfrl-src", type=Path, help="a vfrl src/ folder to put first on the path")
+    ap.add_argument("--deps", type=Path, action="append", default=[], help="extra package folder(s) on the path")
+    ap.add_argument("--timeout", type=float, default=120.0)
+    ap.add_argument("--json", type=Path, help="write the full results here")
+    args = ap.parse_args()
+    packages = sorted(p for p in args.env_dir.iterdir() if (p / f"{p.name}.py").is_file())
+    pythonpath = [str(args.vfrl_src)] if args.vfrl_src else []
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for pkg in packages:
+            results[pkg.name] = r = check(pkg, Path(tmp), pythonpath, [str(d) for d in args.deps], args.timeout)
+            r["verdict"] = verdict(r)
+            detail = r.get("error") or "; ".join(
+                f"{s['got']} (verifiers {s['expected']}){' ' + s['why'] if s['why'] else ''}" for s in r.get("scores", []))
+            data = f" | data: {r['data']}" if "data" in r else ""
+            print(f"{pkg.name:22} {r['verdict']:20} {detail[:160]}{data[:120]}")
+    counts: dict[str, int] = {}
+    for r in results.values():
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+    loaded = sum(r["load"] == "ok" for r in results.values())
+    print(f"\n{loaded}/{len(results)} load; " + ", ".join(f"{v}: {n}" for v, n in sorted(counts.items())))
+    print("datasets built offline: " + str(sum(str(r.get("data", "")).startswith("ok") for r in results.values())))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

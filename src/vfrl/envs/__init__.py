@@ -1,0 +1,1 @@
+"""verifiers' `verifiers.envs` module paths, for packages that import from there."""

@@ -1,0 +1,1 @@
+"""verifiers' `verifiers.envs.integrations` module paths."""

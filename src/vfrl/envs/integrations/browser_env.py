@@ -1,0 +1,1 @@
+from vfrl.environments.classic import BrowserEnv  # noqa: F401

@@ -1,0 +1,1 @@
+from vfrl.environments.classic import TextArenaEnv  # noqa: F401

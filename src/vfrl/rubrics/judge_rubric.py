@@ -1,0 +1,1 @@
+from vfrl.environments.judge_rubric import JudgeRubric  # noqa: F401

@@ -1,0 +1,1 @@
+from vfrl.environments.math_rubric import MathRubric  # noqa: F401

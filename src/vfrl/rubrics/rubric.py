@@ -1,0 +1,1 @@
+from vfrl.environments.rubric import Rubric  # noqa: F401

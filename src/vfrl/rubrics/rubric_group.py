@@ -1,0 +1,1 @@
+from vfrl.environments.rubric import RubricGroup  # noqa: F401

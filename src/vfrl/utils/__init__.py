@@ -1,0 +1,1 @@
+"""verifiers' `verifiers.utils` module paths, for packages that import from there."""

@@ -1,0 +1,173 @@
+"""verifiers' classic API through `import vfrl as vf`: a package written for it loads and scores the same.
+
+tests/classic_pkgs/ holds small package-like modules written against the classic API's public names.
+"""
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+from fake_openai import FakeOpenAI
+
+import vfrl as vf
+from vfrl.environments.environment import Rollout
+
+sys.path.insert(0, str(Path(__file__).parent / "classic_pkgs"))
+import classic_quiz  # noqa: E402
+
+SAMPLING = {"max_tokens": 50}
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def score(env, completion, answer="", info=None, task="default", state=None):
+    r = Rollout(example_id=0, prompt=[{"role": "user", "content": "q"}], completion=completion, answer=answer,
+                prompt_ids=[], completion_ids=[], completion_logprobs=[], completion_mask=[], policy="m",
+                task=task, info=info or {})
+    return run(env.score(r, state or {}))
+
+
+# ---- datasets given as builder functions ----
+
+def test_builder_dataset_is_built_on_first_use_only_once():
+    classic_quiz.BUILDS.clear()
+    env = vf.load_environment("classic_quiz")
+    assert classic_quiz.BUILDS == []  # loading must not need the data (often on the network)
+    assert env.dataset[0]["answer"] == 42 and env.dataset[0]["prompt"][0]["role"] == "system"
+    env.dataset, env.rows()
+    assert classic_quiz.BUILDS == [1]
+
+
+def test_builder_that_raises_is_one_line_naming_the_builder():
+    def build_dataset():
+        raise ConnectionError("hub unreachable\nretry later")
+
+    env = vf.SingleTurnEnv(dataset=build_dataset)
+    with pytest.raises(vf.DatasetBuildError, match=r"^SingleTurnEnv: building its dataset \(.*build_dataset\(\)\) "
+                                                   r"raised ConnectionError: hub unreachable retry later$"):
+        env.dataset
+
+
+def test_env_group_of_builder_envs_builds_nothing_until_read():
+    calls = []
+
+    def builder(name):
+        def build():
+            calls.append(name)
+            return [{"question": name}]
+        return build
+
+    group = vf.EnvGroup([vf.SingleTurnEnv(dataset=builder("a")), vf.SingleTurnEnv(dataset=builder("b"))],
+                        env_names=["a", "b"])
+    assert calls == []
+    assert [r["task"] for r in group.dataset] == ["a", "b"] and calls == ["a", "b"]
+    assert group.eval_dataset is None
+
+
+# ---- module paths and names ----
+
+def test_classic_module_paths_and_names_import():
+    from vfrl.rubrics.judge_rubric import JudgeRubric
+    from vfrl.rubrics.math_rubric import MathRubric
+    from vfrl.types import Messages, State  # noqa: F401
+    from vfrl.utils.data_utils import BOXED_SYSTEM_PROMPT, extract_boxed_answer, load_example_dataset  # noqa: F401
+
+    assert MathRubric is vf.MathRubric and JudgeRubric is vf.JudgeRubric
+    assert vf.utils.data_utils.extract_boxed_answer("x \\boxed{7}") == "7"
+    assert "\\boxed{}" in BOXED_SYSTEM_PROMPT
+    assert vf.SystemMessage("be brief") == {"role": "system", "content": "be brief"}
+
+
+def test_messages_read_as_objects_and_tool_calls_flat():
+    m = vf.Message({"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c0", "type": "function", "function": {"name": "add", "arguments": "{}"}}]})
+    assert (m.role, m.tool_calls[0].name, m.tool_calls[0].arguments, m.tool_call_id) == ("assistant", "add", "{}", None)
+    assert m["tool_calls"][0]["function"]["name"] == "add"  # still the OpenAI dict underneath
+
+
+def test_unsupported_classes_fail_in_one_line():
+    with pytest.raises(NotImplementedError, match="^vfrl does not support PythonEnv: it needs .*sandboxes$"):
+        vf.PythonEnv(dataset=[{"question": "q"}])
+    with pytest.raises(NotImplementedError, match="message_type='completion' is not supported"):
+        vf.SingleTurnEnv(dataset=[{"question": "q"}], message_type="completion")
+
+
+def test_reasoning_gym_env_scores_the_tasks_own_answer():
+    env = vf.ReasoningGymEnv(gym="leg_counting", num_train_examples=3, num_eval_examples=1)
+    row = env.dataset[0]
+    right = score(env, [{"role": "assistant", "content": f"<answer>{row['answer']}</answer>"}], row["answer"], row["info"])
+    wrong = score(env, [{"role": "assistant", "content": "<answer>-1</answer>"}], row["answer"], row["info"])
+    assert (right.reward, wrong.reward) == (1.0, 0.0)
+
+
+# ---- semantics ----
+
+def test_classic_package_rollout_stops_on_vf_stop_and_scores_with_int_answer_and_columns():
+    env = vf.load_environment("classic_quiz", rounds=2)
+    client = FakeOpenAI(["\\boxed{42}", "\\boxed{41}", "never asked"])
+    [r] = run(env.run_group(client, "m", 0, 1, dict(SAMPLING), asyncio.Semaphore(1)))
+    assert [m["role"] for m in r.completion] == ["assistant", "user", "assistant"]  # stopped by @vf.stop
+    assert r.reward == 0.5 and r.metrics["answer_is_int"] == 1.0 and not r.reward_errors
+    assert client.calls[0][1]["temperature"] == 0.25  # the env's sampling_args reach the request
+
+
+def test_run_sampling_wins_over_env_sampling_args():
+    env = vf.load_environment("classic_quiz", rounds=1)
+    client = FakeOpenAI(["\\boxed{42}"])
+    run(env.run_group(client, "m", 0, 1, {"temperature": 0.9, "max_tokens": 5}, asyncio.Semaphore(1)))
+    assert client.calls[0][1]["temperature"] == 0.9
+
+
+def test_rubric_without_parser_hands_a_default_parser():
+    def uses_parser(parser, completion) -> float:
+        return float(parser.parse_answer(completion) == "hi")
+
+    env = vf.SingleTurnEnv(dataset=[{"question": "q"}], rubric=vf.Rubric(funcs=[uses_parser]))
+    assert score(env, [{"role": "assistant", "content": "hi"}]).reward == 1.0
+
+
+class FakeJudge:
+    def __init__(self, verdict):
+        async def create(**kwargs):
+            self.asked += 1
+            return type("R", (), {"choices": [type("C", (), {"message": type("M", (), {"content": verdict})})]})
+        self.asked = 0
+        self.chat = type("Chat", (), {"completions": type("Comp", (), {"create": staticmethod(create)})})
+
+
+def test_judge_rubric_with_own_function_scores_that_function_alone():
+    judge = FakeJudge("7")
+    rubric = vf.JudgeRubric(judge_client=judge, judge_prompt="{question} {answer} {response}")
+
+    async def graded(judge, prompt, completion, answer, state) -> float:  # names `judge`, as in verifiers
+        return float(await judge(prompt, completion, answer, state)) / 10
+
+    rubric.add_reward_func(graded)
+    env = vf.SingleTurnEnv(dataset=[{"question": "q"}], rubric=rubric)
+    r = score(env, [{"role": "assistant", "content": "a"}], answer="a")
+    assert r.reward == pytest.approx(0.7) and list(r.metrics) == ["graded", "reward_errors"]
+
+
+def test_judge_rubric_without_functions_still_scores_the_verdict():
+    env = vf.SingleTurnEnv(dataset=[{"question": "q"}], rubric=vf.JudgeRubric(judge_client=FakeJudge("yes")))
+    assert score(env, [{"role": "assistant", "content": "a"}], answer="a").reward == 1.0
+
+
+def test_math_rubric_default_parser_reads_the_box():
+    rubric = vf.MathRubric()
+    env = vf.SingleTurnEnv(dataset=[{"question": "q"}], parser=rubric.parser, rubric=rubric)
+    assert score(env, [{"role": "assistant", "content": "so \\boxed{42}"}], answer=42).reward == 1.0
+    assert score(env, [{"role": "assistant", "content": "42"}], answer="42").reward == 0.0
+
+
+def test_parser_helpers():
+    completion = [{"role": "assistant", "content": "a"}, {"role": "user", "content": "u"},
+                  {"role": "tool", "content": "t", "tool_call_id": "1"}]
+    p = vf.XMLParser(["think", ("answer", "code")])
+    assert [m["content"] for m in p.get_assistant_messages(completion)] == ["a"]
+    assert [m["content"] for m in p.get_user_messages(completion)] == ["u"]
+    assert [m["content"] for m in p.get_tool_messages(completion)] == ["t"]
+    assert p.get_format_str() == "<think>\n...\n</think>\n<[ answer | code ]>\n...\n</[ answer | code ]>\n"
