@@ -14,8 +14,9 @@ import pytest
 from conftest import write_config
 from vfrl.launcher import procs, tmux
 from vfrl.launcher.config_errors import load_user_config
-from vfrl.launcher.pane_env import environment_file, write_environment
+from vfrl.launcher.pane_env import write_environment
 from vfrl.launcher.plan import Machine, inference_epilogue, make_plan, pane_script, trainer_epilogue
+from vfrl.run_dir import RunDir
 
 VF_RL = str(Path(sys.executable).parent / "vf-rl")
 
@@ -140,7 +141,7 @@ def test_panes_get_vf_rl_s_environment_even_from_a_tmux_server_started_without_i
     subprocess.run(["tmux", "-L", socket_name, "new-session", "-d", "-s", "other", "sleep 600"], env=without, check=True)
     environ = {**os.environ, "VFRL_TEST_SEEN": "it's here; $HOME \"quoted\"", "CUDA_VISIBLE_DEVICES": "7"}
     run_dir, pids = fake_run(tmp_path, socket_name, "test", environ=environ)
-    env_file = environment_file(run_dir)
+    env_file = RunDir(run_dir).environment
     assert env_file.stat().st_mode & 0o777 == 0o600  # it may hold tokens
     shell = tmux.pane_state(tmux.server(socket_name), "test", "trainer").pid  # started by tmux: tmux's environment
     child = int(subprocess.run(["pgrep", "-P", str(shell)], capture_output=True, text=True).stdout.split()[0])

@@ -27,9 +27,10 @@ from vfrl.launcher.config_errors import ConfigError, load_user_config
 from vfrl.launcher.overrides import parse_overrides
 from vfrl.launcher.pane_env import write_environment
 from vfrl.launcher.plan import (
-    PlanError, detect_machine, environment_problem, exit_code_file, inference_epilogue, make_plan, model_problem,
-    network_notice, pane_script, render_plan, trainer_epilogue,
+    PlanError, detect_machine, environment_problem, inference_epilogue, make_plan, model_problem, network_notice,
+    pane_script, render_plan, trainer_epilogue,
 )
+from vfrl.run_dir import RunDir
 from vfrl.trainer.failure import RESUME_COMMAND_ENV
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.split("\n\n")[0],
@@ -155,7 +156,7 @@ def run(
         typer.secho(f"vf-rl: note: {note}", err=True, fg=typer.colors.YELLOW)
     if dry_run:
         typer.echo(f"# vf-rl dry run of {config_path}: nothing was started\n\n"
-                   f"# resolved config (written to {run_dir / 'config.toml'} at launch)")
+                   f"# resolved config (written to {RunDir(run_dir).config} at launch)")
         typer.echo(tomli_w.dumps(plan.config.model_dump(mode="json", exclude_none=True)))
         typer.echo("# plan")
         typer.echo(render_plan(plan, workdir, machine, tmux_socket))
@@ -171,10 +172,11 @@ def run(
     elif port_in_use(inference.host, inference.port):
         fail(f"{config_path}: inference.port = {inference.port} is already in use on {inference.host}; "
              f"choose another port, or set inference.port = 0 to pick a free one.")
-    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    write_config(plan.config, run_dir / "config.toml")
+    paths = RunDir(run_dir)
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    write_config(plan.config, paths.config)
     write_environment(run_dir, os.environ)
-    key_file = run_dir / ".api_key"
+    key_file = paths.api_key
     key_file.touch(mode=0o600)
     key_file.write_text(secrets.token_urlsafe(24))
     plan.inference.script.write_text(pane_script(plan.inference, run_dir, workdir, inference_epilogue(run_dir)))
@@ -225,7 +227,7 @@ def stop(
     srv = tmux.server(tmux_socket)
     name, run_dir = pick_session(srv, session, tmux_socket)
     killed = lifecycle.stop_run(srv, name, trainer_grace=timeout, echo=typer.echo)
-    exit_file = exit_code_file(run_dir, "trainer")
+    exit_file = RunDir(run_dir).exit_code("trainer")
     code = exit_file.read_text().strip() if exit_file.exists() else "?"
     typer.echo(f"vf-rl: stopped '{name}' (trainer exit code {code}"
                + (f"; {len(killed)} process(es) needed SIGKILL" if killed else "") + f"); run directory {run_dir}")
@@ -264,11 +266,11 @@ def logs(
     """Print a pane's log (logs/trainer.log or logs/inference.log of the run)."""
     if pane not in ("inference", "trainer"):
         fail(f"--pane {pane}: choose inference or trainer")
-    if target is not None and (Path(target) / "logs").is_dir():
+    if target is not None and RunDir(Path(target)).logs.is_dir():
         run_dir = Path(target)
     else:
         _, run_dir = pick_session(tmux.server(tmux_socket), target, tmux_socket)
-    path = run_dir / "logs" / f"{pane}.log"
+    path = RunDir(run_dir).log(pane)
     text, end = lifecycle.tail(path, lines)
     sys.stdout.write(text)
     sys.stdout.flush()
@@ -289,7 +291,7 @@ def plot(
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="PNG path \\[default: RUN_DIR/curves.png].")] = None,
 ) -> None:
     """Write PNG curves (reward and eval reward, loss, mismatch KL, step time) of a run."""
-    if not (run_dir / "metrics.jsonl").is_file():
+    if not RunDir(run_dir).metrics.is_file():
         fail(f"{run_dir}: no metrics.jsonl here; pass a run directory such as outputs/quickstart")
     from vfrl.launcher.plot import plot_run
 
@@ -299,10 +301,11 @@ def plot(
 
 def wait_for_trainer(srv, session_name: str, run_dir: Path) -> int:
     """Stream the trainer log until it exits; then stop the run (the `vf-rl stop` path) and return its code."""
-    exit_file = exit_code_file(run_dir, "trainer")
+    paths = RunDir(run_dir)
+    exit_file = paths.exit_code("trainer")
     code = 1
     try:
-        lifecycle.follow(run_dir / "logs" / "trainer.log", 0,
+        lifecycle.follow(paths.log("trainer"), 0,
                          lambda: exit_file.exists() or not tmux.session_exists(srv, session_name), sys.stdout.write)
         if exit_file.exists():
             code = int(exit_file.read_text().strip() or 1)

@@ -9,7 +9,6 @@ process, a child that escaped) gets SIGTERM, then SIGKILL; then the tmux session
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Callable
@@ -17,8 +16,7 @@ from typing import Callable
 import libtmux
 
 from vfrl.launcher import procs, tmux
-from vfrl.launcher.pane_env import environment_file
-from vfrl.launcher.plan import exit_code_file
+from vfrl.run_dir import RunDir, read_jsonl
 
 
 def wait_dead(srv: libtmux.Server, session: str, role: str, timeout: float) -> bool:
@@ -36,6 +34,7 @@ def stop_run(srv: libtmux.Server, session: str, trainer_grace: float = 60, grace
     """Stop every pane of a vf-rl session and close it. Returns the processes that needed SIGKILL (ideally none)."""
     run_dir_option = tmux.option(srv, session, tmux.RUN_DIR_OPTION)
     run_dir = Path(run_dir_option or "")
+    paths = RunDir(run_dir)
     panes = {role: tmux.pane_state(srv, session, role) for role in tmux.PANE_OPTION}
 
     def processes(*roles: str) -> set[procs.Proc]:
@@ -46,7 +45,7 @@ def stop_run(srv: libtmux.Server, session: str, trainer_grace: float = 60, grace
     everything = processes(*tmux.PANE_OPTION)
     killed: set[procs.Proc] = set()
     trainer = panes["trainer"]
-    trainer_done = bool(run_dir_option) and exit_code_file(run_dir, "trainer").exists()
+    trainer_done = bool(run_dir_option) and paths.exit_code("trainer").exists()
     if trainer and not trainer.dead and trainer_done:
         # the trainer has exited and its pane script is stopping the server: no Ctrl-C into that epilogue
         echo(f"vf-rl: '{session}': the trainer has exited; its pane is stopping the inference server")
@@ -71,25 +70,20 @@ def stop_run(srv: libtmux.Server, session: str, trainer_grace: float = 60, grace
         killed |= procs.terminate(left, grace=5)
     tmux.kill_session(srv, session)
     if run_dir_option:  # the panes read these at start; with them gone, no secret stays on disk
-        (run_dir / ".api_key").unlink(missing_ok=True)
-        environment_file(run_dir).unlink(missing_ok=True)
+        paths.api_key.unlink(missing_ok=True)
+        paths.environment.unlink(missing_ok=True)
     return killed
 
 
 def last_metrics(run_dir: Path) -> dict | None:
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return None
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    try:
-        return json.loads(lines[-1]) if lines else None
-    except json.JSONDecodeError:  # a line being written
-        return json.loads(lines[-2]) if len(lines) > 1 else None
+    path = RunDir(run_dir).metrics
+    rows = read_jsonl(path) if path.is_file() else []  # without a line being written
+    return rows[-1] if rows else None
 
 
 def describe_pane(state: tmux.PaneState | None, exit_code_file: Path | None = None) -> str:
     """tmux can report a pane dead (its pty closed) a moment before it knows the exit status; the pane
-    script's own record (plan.exit_code_file) is the authority when present."""
+    script's own record (RunDir.exit_code) is the authority when present."""
     if exit_code_file is not None and exit_code_file.is_file() and (code := exit_code_file.read_text().strip()):
         if state is None or state.dead:
             return f"exited {code}"
@@ -101,8 +95,9 @@ def describe_pane(state: tmux.PaneState | None, exit_code_file: Path | None = No
 
 
 def status_line(srv: libtmux.Server, session: str, run_dir: Path) -> str:
-    trainer = describe_pane(tmux.pane_state(srv, session, "trainer"), exit_code_file(run_dir, "trainer"))
-    inference = describe_pane(tmux.pane_state(srv, session, "inference"), exit_code_file(run_dir, "inference"))
+    paths = RunDir(run_dir)
+    trainer = describe_pane(tmux.pane_state(srv, session, "trainer"), paths.exit_code("trainer"))
+    inference = describe_pane(tmux.pane_state(srv, session, "inference"), paths.exit_code("inference"))
     m = last_metrics(run_dir)
     progress = (f"step {m['step']}/{m['max_steps']}, reward {m['reward_mean']:.3f}" if m
                 else "no step yet")
@@ -111,9 +106,10 @@ def status_line(srv: libtmux.Server, session: str, run_dir: Path) -> str:
 
 
 def run_ended(run_dir: Path, pane: str) -> bool:
-    if not exit_code_file(run_dir, "trainer").exists():
+    paths = RunDir(run_dir)
+    if not paths.exit_code("trainer").exists():
         return False
-    if pane == "inference" and (pid_file := run_dir / "inference.pid").is_file():
+    if pane == "inference" and (pid_file := paths.inference_pid).is_file():
         return not procs.pid_alive(int(pid_file.read_text() or 0))
     return True
 

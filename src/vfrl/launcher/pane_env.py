@@ -15,12 +15,10 @@ import shlex
 from pathlib import Path
 from typing import Mapping
 
+from vfrl.run_dir import RunDir
+
 # set by tmux or by the pane's own shell: copying them would lie about where the pane runs
 PANE_OWN = {"TMUX", "TMUX_PANE", "PWD", "OLDPWD", "SHLVL", "_", "COLUMNS", "LINES", "VFRL_API_KEY"}
-
-
-def environment_file(run_dir: Path) -> Path:
-    return run_dir / ".environment"
 
 
 def handed_over(environ: Mapping[str, str]) -> dict[str, str]:
@@ -30,7 +28,7 @@ def handed_over(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def write_environment(run_dir: Path, environ: Mapping[str, str]) -> Path:
-    path = environment_file(run_dir)
+    path = RunDir(run_dir).environment
     path.unlink(missing_ok=True)  # a resumed run's old file: O_CREAT would keep its mode
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -40,5 +38,5 @@ def write_environment(run_dir: Path, environ: Mapping[str, str]) -> Path:
 
 
 def source_line(run_dir: Path) -> str:
-    path = shlex.quote(str(environment_file(run_dir)))
+    path = shlex.quote(str(RunDir(run_dir).environment))
     return f"[ -f {path} ] && . {path}  # the environment vf-rl was started with"

@@ -29,8 +29,9 @@ from typing import Sequence
 from vfrl.bundle import bundled
 from vfrl.config import ACCELERATE_CONFIGS, SHARED_UTILIZATION_UNKNOWN_SIZE, RLConfig
 from vfrl.launcher.memory import CUDA_CONTEXT, Need, find_model_config, gib, model_shape, trainer_need, vllm_need
-from vfrl.launcher.pane_env import environment_file, source_line
+from vfrl.launcher.pane_env import source_line
 from vfrl.launcher.procs import MARKER
+from vfrl.run_dir import RunDir
 
 
 class PlanError(Exception):
@@ -280,8 +281,9 @@ def model_problem(model: str, workdir: Path) -> str | None:
 def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, workdir: Path | None = None) -> Plan:
     workdir = workdir or Path.cwd()
     run_dir = run_dir.resolve()
+    paths = RunDir(run_dir)
     cfg = cfg.model_copy(deep=True)
-    config_file = run_dir / "config.toml"
+    config_file = paths.config
     inf_env: dict[str, str] = {}
     tr_env: dict[str, str] = {}
     use_gpu = machine.gpus > 0 and cfg.inference.gpus > 0
@@ -311,7 +313,7 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
         inf_env["VLLM_CPU_OMP_THREADS_BIND"] = f"{cores[0]}-{cores[-1]}" if len(cores) > 1 else str(cores[0])
         tr_env["CUDA_VISIBLE_DEVICES"] = ""
         tr_env["OMP_NUM_THREADS"] = str(trainer_threads)
-    inf_cmd = [console_script("vf-vllm"), "@", str(config_file), "--pid-file", str(run_dir / "inference.pid")]
+    inf_cmd = [console_script("vf-vllm"), "@", str(config_file), "--pid-file", str(paths.inference_pid)]
     processes = len(tr_dev) or cfg.trainer.processes or 1  # trainer GPUs, else trainer.processes CPU processes
     if processes > 1 and tr_dev:
         # the vf-train console script is a Python file: accelerate runs it in each process
@@ -328,13 +330,12 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
                   "--main-process-port", "0", console_script("vf-train"), "@", str(config_file)]
     else:
         tr_cmd = [console_script("vf-train"), "@", str(config_file)]
-    logs = run_dir / "logs"
     return Plan(
         run_dir=run_dir, session=session, device="cuda" if use_gpu else "cpu",
         inference_devices=inf_dev, trainer_devices=tr_dev,
-        inference=PanePlan("Inference", run_dir / "inference.sh", inf_env, inf_cmd, logs / "inference.log"),
-        trainer=PanePlan("Trainer", run_dir / "trainer.sh", tr_env, tr_cmd, logs / "trainer.log"),
-        metrics=PanePlan("Metrics", run_dir / "trainer.sh", {}, [console_script("vf-rl"), "watch", str(run_dir)]),
+        inference=PanePlan("Inference", paths.pane_script("inference"), inf_env, inf_cmd, paths.log("inference")),
+        trainer=PanePlan("Trainer", paths.pane_script("trainer"), tr_env, tr_cmd, paths.log("trainer")),
+        metrics=PanePlan("Metrics", paths.pane_script("trainer"), {}, [console_script("vf-rl"), "watch", str(run_dir)]),
         config=cfg, tensor_parallel=tp, data_parallel=dp, trainer_processes=processes, memory=memory, notes=notes,
     )
 
@@ -364,22 +365,17 @@ def pane_script(pane: PanePlan, run_dir: Path, workdir: Path, after: list[str] =
              "trap : INT TERM", f"cd {shlex.quote(str(workdir))}", source_line(run_dir),
              f"export {MARKER}={shlex.quote(str(run_dir))}  # vf-rl stop finds the run's processes by it"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in pane.env.items()]
-    lines.append(f'export VFRL_API_KEY="$(cat {shlex.quote(str(run_dir / ".api_key"))})"')
+    lines.append(f'export VFRL_API_KEY="$(cat {shlex.quote(str(RunDir(run_dir).api_key))})"')
     lines.append(f"{shlex.join(pane.command)} 2>&1 | tee -i -a {shlex.quote(str(pane.log))}; code=${{PIPESTATUS[0]}}")
     lines += list(after)
     lines.append("exit $code")
     return "\n".join(lines) + "\n"
 
 
-def exit_code_file(run_dir: Path, role: str) -> Path:
-    """Where the `role` pane ("trainer", "inference") records its command's exit code."""
-    return run_dir / f"{role}.exitcode"
-
-
 def record_exit_code(run_dir: Path, role: str) -> str:
-    """The pane's command's exit code into exit_code_file, atomically: tmux may report a pane dead a
+    """The pane's command's exit code into RunDir.exit_code, atomically: tmux may report a pane dead a
     moment before it knows the exit status, so `vf-rl status` reads this record first."""
-    final = exit_code_file(run_dir, role)
+    final = RunDir(run_dir).exit_code(role)
     tmp, final = shlex.quote(f"{final}.tmp"), shlex.quote(str(final))
     return f"echo $code > {tmp} && mv {tmp} {final}"
 
@@ -395,12 +391,13 @@ def trainer_epilogue(run_dir: Path, grace_s: int = 30) -> list[str]:
     machine), the server and every process under it get SIGKILL together: killing only the server left
     its VLLM::Worker orphaned (clean-clone CI), holding the inference pane open.
     """
-    q = lambda p: shlex.quote(str(run_dir / p))  # noqa: E731
+    paths = RunDir(run_dir)
+    q = lambda p: shlex.quote(str(p))  # noqa: E731
     return [
         record_exit_code(run_dir, "trainer"),
-        f"rm -f {q('.api_key')} {q(environment_file(run_dir).name)}  # both panes read them at start",
+        f"rm -f {q(paths.api_key)} {q(paths.environment)}  # both panes read them at start",
         'tree() { echo "$1"; for c in $(pgrep -P "$1" 2>/dev/null); do tree "$c"; done; }',
-        f"pid=$(cat {q('inference.pid')} 2>/dev/null)",
+        f"pid=$(cat {q(paths.inference_pid)} 2>/dev/null)",
         'if [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; then',
         f'  for _ in $(seq {grace_s * 2}); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done',
         '  kill -0 "$pid" 2>/dev/null && kill -KILL $(tree "$pid") 2>/dev/null',

@@ -8,19 +8,13 @@ Step lines and eval lines (`eval/*` keys) share metrics.jsonl; a line cut short 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from vfrl.run_dir import RunDir, read_jsonl
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
-    rows = []
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return rows
+    return read_jsonl(RunDir(run_dir).metrics)
 
 
 def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
@@ -87,8 +81,9 @@ def plot_run(run_dir: Path, out: Path | None = None) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    paths = RunDir(run_dir)
     rows = read_metrics(run_dir)
-    out = out or run_dir / "curves.png"
+    out = out or paths.curves
     fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 3.6))
     for ax, draw in zip(axes, PANELS.values()):
         _draw_panel(ax, draw, rows)
@@ -96,12 +91,12 @@ def plot_run(run_dir: Path, out: Path | None = None) -> list[Path]:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     written = [out]
-    (run_dir / "plots").mkdir(exist_ok=True)
+    paths.plots.mkdir(exist_ok=True)
     for name, draw in PANELS.items():
         fig, ax = plt.subplots(figsize=(5, 3.6))
         _draw_panel(ax, draw, rows)
         fig.tight_layout()
-        fig.savefig(run_dir / "plots" / f"{name}.png", dpi=110)
+        fig.savefig(paths.plots / f"{name}.png", dpi=110)
         plt.close(fig)
-        written.append(run_dir / "plots" / f"{name}.png")
+        written.append(paths.plots / f"{name}.png")
     return written

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from vfrl.launcher.plan import exit_code_file
+from vfrl.run_dir import RunDir
 
 
 class ResumeError(ValueError):
@@ -29,37 +29,38 @@ def run_dirs(base: Path) -> list[Path]:
 def find_checkpoint(base: Path, resume: str) -> tuple[Path, Path]:
     """(run dir, checkpoint dir) for `--resume` value `resume` ("latest", a step number or a path)."""
     # imported here: vf-rl's main() loads this module, and trainer.checkpoint pulls in openai (slow --help)
-    from vfrl.trainer.checkpoint import is_complete, latest_checkpoint
+    from vfrl.trainer.checkpoint import PREFIX, is_complete, latest_checkpoint
 
     if resume != "latest" and not resume.isdigit():
         path = Path(resume).expanduser().resolve()
         if is_complete(path):
             return path.parent.parent, path
-        if (ckpt := latest_checkpoint(path / "checkpoints")) is not None:
+        if (ckpt := latest_checkpoint(RunDir(path).checkpoints)) is not None:
             return path, ckpt
         raise ResumeError(f"--resume {resume}: not a complete checkpoint (a checkpoints/step-N dir with a "
                           f"COMPLETE file) nor a run dir that has one")
-    with_ckpts = [d for d in run_dirs(base) if latest_checkpoint(d / "checkpoints") is not None]
+    with_ckpts = [d for d in run_dirs(base) if latest_checkpoint(RunDir(d).checkpoints) is not None]
     if not with_ckpts:
         raise ResumeError(f"--resume: no run directory {base}[-N] has a complete checkpoint; "
                           f"set save_strategy = \"steps\" and save_steps in [trainer.args] for the next run")
     run_dir = with_ckpts[-1]
+    checkpoints = RunDir(run_dir).checkpoints
     if resume == "latest":
-        return run_dir, latest_checkpoint(run_dir / "checkpoints")
-    ckpt = run_dir / "checkpoints" / f"step-{int(resume)}"
+        return run_dir, latest_checkpoint(checkpoints)
+    ckpt = checkpoints / f"{PREFIX}{int(resume)}"
     if not is_complete(ckpt):
-        have = ", ".join(p.name for p in sorted((run_dir / "checkpoints").glob("step-*")) if is_complete(p))
+        have = ", ".join(p.name for p in sorted(checkpoints.glob(f"{PREFIX}*")) if is_complete(p))
         raise ResumeError(f"--resume {resume}: {run_dir} has no complete checkpoint step-{int(resume)} (it has: {have})")
     return run_dir, ckpt
 
 
 def prepare_run_dir(run_dir: Path) -> None:
     """Make an old run dir ready to run again: keep its config, forget its panes' exit codes."""
-    old = run_dir / "config.toml"
-    if old.exists():
-        old.rename(run_dir / f"config.before-resume-{time.strftime('%Y%m%d-%H%M%S')}.toml")
+    paths = RunDir(run_dir)
+    if paths.config.exists():
+        paths.config.rename(paths.config_before_resume(time.strftime('%Y%m%d-%H%M%S')))
     for role in ("trainer", "inference"):
-        exit_code_file(run_dir, role).unlink(missing_ok=True)
+        paths.exit_code(role).unlink(missing_ok=True)
 
 
 def with_resume_default(argv: list[str]) -> list[str]:

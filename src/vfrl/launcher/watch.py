@@ -5,12 +5,11 @@ Reads metrics.jsonl as the trainer appends to it; stops when the trainer has exi
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Callable
 
-from vfrl.launcher.plan import exit_code_file
+from vfrl.run_dir import RunDir, read_jsonl
 
 HEADER = f"{'step':>9}  {'reward':>7}  {'avg10':>7}  {'loss':>8}  {'kl':>8}  {'step s':>6}  {'eta':>8}"
 
@@ -32,18 +31,15 @@ def row(rec: dict, recent: list[float], step_s: float | None) -> str:
 
 def watch(run_dir: Path, write: Callable[[str], None] = print, poll: float = 1.0) -> int | None:
     """Print one line per logged step until the trainer exits; returns its exit code (None if unknown)."""
-    metrics, exit_file = run_dir / "metrics.jsonl", exit_code_file(run_dir, "trainer")
+    paths = RunDir(run_dir)
+    metrics, exit_file = paths.metrics, paths.exit_code("trainer")
     write(f"metrics of {run_dir}")
     write(HEADER)
     seen, rewards, ends = 0, [], []
     while True:
         done = exit_file.exists()
-        lines = metrics.read_text().splitlines() if metrics.is_file() else []
-        for line in lines[seen:]:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:  # the trainer is still writing this line
-                break
+        records = read_jsonl(metrics) if metrics.is_file() else []  # not the line the trainer is writing
+        for rec in records[seen:]:
             seen += 1
             if isinstance(rec.get("reward_mean"), (int, float)):
                 rewards = (rewards + [rec["reward_mean"]])[-10:]

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from vfrl.inference.server import API_KEY_ENV
+from vfrl.run_dir import RunDir
 from vfrl.trainer.failure import EXIT_ERROR, EXIT_INTERRUPTED, TrainingStopped, describe, log_traceback
 
 app = typer.Typer(add_completion=False, help=__doc__, pretty_exceptions_enable=False)
@@ -43,7 +44,7 @@ def train(
         print(e.line, file=sys.stderr, flush=True)
         raise typer.Exit(e.code)
     except Exception as e:  # before training began (model, environment, ...): one line, the story in the log
-        log = run_dir / "logs" / "trainer.log"
+        log = RunDir(run_dir).log("trainer")
         log_traceback(log, e)
         print(f"vf-train: error: {describe(e)} (traceback in {log})", file=sys.stderr, flush=True)
         raise typer.Exit(EXIT_ERROR)

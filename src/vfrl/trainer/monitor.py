@@ -14,6 +14,8 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from vfrl.run_dir import RunDir
+
 
 class MismatchWatch:
     """Flags a mismatch_kl (trainer vs sampler logprobs) that is too high or jumps.
@@ -45,11 +47,6 @@ class MismatchWatch:
         return reason and reason + " (broken weight sync, chat template or tokenizer mismatch?)"
 
 
-def append_jsonl(path: Path, record: dict[str, Any]) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(record) + "\n")
-
-
 def set_aside_after(metrics_path: Path, step: int) -> int:
     """On resume from checkpoint `step`: move lines of later steps (to be redone) to metrics.discarded.jsonl.
 
@@ -67,9 +64,9 @@ def set_aside_after(metrics_path: Path, step: int) -> int:
         except json.JSONDecodeError:  # a line cut by the crash
             later.append(line)
     if later:
-        with open(metrics_path.with_name("metrics.discarded.jsonl"), "a") as f:
+        with open(RunDir(metrics_path.parent).discarded_metrics, "a") as f:
             f.write("\n".join(later) + "\n")
-        tmp = metrics_path.with_name(".metrics.jsonl.tmp")
+        tmp = metrics_path.with_name(f".{metrics_path.name}.tmp")
         tmp.write_text("".join(line + "\n" for line in keep))
         tmp.replace(metrics_path)
     return len(later)
@@ -80,7 +77,7 @@ class WandbSink:
         import wandb
 
         self.wandb = wandb
-        id_file = run_dir / "wandb_run_id"
+        id_file = RunDir(run_dir).wandb_run_id
         resume_id = id_file.read_text().strip() if id_file.exists() else None  # a resumed run continues it
         self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "vfrl"), name=run_name, dir=str(run_dir),
                               config=config, id=resume_id, resume="allow" if resume_id else None)

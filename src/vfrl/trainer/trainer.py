@@ -25,6 +25,7 @@ import torch
 
 from vfrl.config import RLConfig
 from vfrl.environments.loader import load_environment
+from vfrl.run_dir import RunDir, append_jsonl
 from vfrl.trainer.advantages import reward_stats
 from vfrl.trainer.batch import make_train_batch
 from vfrl.trainer.logprobs import sequence_logprobs_and_entropy
@@ -42,7 +43,7 @@ from vfrl.trainer.failure import (
     EXIT_ERROR, EXIT_INFERENCE_LOST, TrainingStopped, describe, log_traceback, resume_hint,
 )
 from vfrl.trainer.inference_watch import InferenceLost, inference_problem, watch_inference
-from vfrl.trainer.monitor import MismatchWatch, WandbSink, append_jsonl, set_aside_after
+from vfrl.trainer.monitor import MismatchWatch, WandbSink, set_aside_after
 from vfrl.trainer.orchestrator import Batch, Orchestrator
 from vfrl.trainer.weight_sync import AdapterSync, FullWeightSync
 
@@ -143,26 +144,27 @@ class RLTrainer:
         self.reference = ReferencePolicy(self.model, config.model, self.args.use_lora) if self.args.beta > 0 else None
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         self.env = load_environment(config.env.id, **config.env.args)
+        paths = RunDir(run_dir)
         if self.ranks.is_main:
-            (run_dir / "rollouts").mkdir(parents=True, exist_ok=True)
+            paths.rollouts.mkdir(parents=True, exist_ok=True)
         if self.args.use_lora:
-            (run_dir / "adapters").mkdir(parents=True, exist_ok=True)
-            self.sync = AdapterSync(base_url, api_key, run_dir / "adapters")
+            paths.adapters.mkdir(parents=True, exist_ok=True)
+            self.sync = AdapterSync(base_url, api_key, paths.adapters)
         else:
-            (run_dir / "weights").mkdir(parents=True, exist_ok=True)
-            self.sync = FullWeightSync(base_url, api_key, run_dir / "weights", served_name=config.model)
+            paths.weights.mkdir(parents=True, exist_ok=True)
+            self.sync = FullWeightSync(base_url, api_key, paths.weights, served_name=config.model)
         # ---- checkpoints, resume, monitoring (see checkpoint.py, console.py, monitor.py) ----
-        self.metrics_path = run_dir / "metrics.jsonl"
+        self.metrics_path = paths.metrics
         self.console = TrainerConsole()
         self.mismatch = MismatchWatch(self.args.mismatch_kl_warn, self.args.mismatch_kl_jump)
-        self.checkpoints_dir = run_dir / "checkpoints"
+        self.checkpoints_dir = paths.checkpoints
         self.start_step, self.pending_batch = 0, None
         if self.args.resume_from:
             self.start_step, self.pending_batch = self.resume(Path(self.args.resume_from))
         # what an emergency checkpoint may save: optimizer steps done, and whether one is half done
         self.steps_done, self.in_step = self.start_step, False
-        self.log_file = run_dir / "logs" / "trainer.log"
-        self.inference_pid_file = run_dir / "inference.pid"
+        self.log_file = paths.log("trainer")
+        self.inference_pid_file = paths.inference_pid
         # wandb is imported only here: report_to = "none" needs neither the package nor an account
         self.wandb = (WandbSink(run_dir, self.args.run_name, config.model_dump(mode="json"))
                       if self.args.report_to == "wandb" and self.ranks.is_main else None)
@@ -222,7 +224,7 @@ class RLTrainer:
         lost = str(error) if isinstance(error, InferenceLost) else inference_problem(self.base_url,
                                                                                     self.inference_pid_file)
         if lost:
-            cause = f"{lost} (see {self.shown(self.run_dir / 'logs' / 'inference.log')})"
+            cause = f"{lost} (see {self.shown(RunDir(self.run_dir).log('inference'))})"
         else:
             cause = f"{describe(error)} (traceback in {self.shown(self.log_file)})"
         return TrainingStopped(EXIT_INFERENCE_LOST if lost else EXIT_ERROR, f"vf-train: {cause}. {self.keep_trained()}")
@@ -367,7 +369,7 @@ class RLTrainer:
         """Run to the end. A failure (vLLM lost, an environment error) raises TrainingStopped after keeping
         the steps trained so far; Ctrl-C raises KeyboardInterrupt."""
         if self.ranks.is_main:
-            (self.run_dir / "trainer.pid").write_text(str(os.getpid()))
+            RunDir(self.run_dir).trainer_pid.write_text(str(os.getpid()))
             try:
                 # closing the runner joins the worker threads: a training step in flight ends before what
                 # follows reads the model
@@ -487,7 +489,7 @@ class RLTrainer:
         stats, rollouts = await task
         record = {"step": version, "max_steps": self.args.max_steps, **stats}
         append_jsonl(self.metrics_path, record)
-        with open(self.run_dir / "rollouts" / f"eval_step_{version}.jsonl", "w") as f:
+        with open(RunDir(self.run_dir).eval_rollouts(version), "w") as f:
             for r in rollouts:
                 f.write(json.dumps(rollout_row(r)) + "\n")
         if self.wandb:
@@ -500,7 +502,7 @@ class RLTrainer:
         alert = self.mismatch.check(record.get("mismatch_kl", 0.0))
         record["mismatch_kl_alert"] = int(alert is not None)
         append_jsonl(self.metrics_path, record)
-        with open(self.run_dir / "rollouts" / f"step_{step}.jsonl", "w") as f:
+        with open(RunDir(self.run_dir).step_rollouts(step), "w") as f:
             for r in batch.rollouts:
                 f.write(json.dumps(rollout_row(r)) + "\n")
         self.console.step(record)

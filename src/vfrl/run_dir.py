@@ -1,0 +1,125 @@
+"""The run directory: the one place that names the files in it, and reads and writes them.
+
+    config.toml                    the resolved config every pane reads (config.before-resume-*.toml: older ones)
+    .api_key  .environment         secrets the panes read at start, deleted once they have (pane_env.py)
+    {inference,trainer}.sh         the pane scripts; {inference,trainer}.exitcode: their commands' exit codes
+    inference.pid  trainer.pid     vf-vllm's supervisor and vf-train's rank 0
+    logs/{inference,trainer}.log   what each pane printed
+    metrics.jsonl                  one line per step and per eval (metrics.discarded.jsonl: steps a resume redid)
+    rollouts/                      step_N.jsonl and eval_step_N.jsonl
+    adapters/  weights/            what the weight sync pushed into vLLM (LoRA / full fine-tuning)
+    checkpoints/                   step-N (trainer/checkpoint.py)
+    curves.png  plots/             `vf-rl plot`
+    wandb_run_id  wandb/           report_to = "wandb"
+
+Users and tests rely on these exact names. Imports no torch: the launcher reads the same paths.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @property
+    def config(self) -> Path:
+        return self.path / "config.toml"
+
+    def config_before_resume(self, stamp: str) -> Path:
+        return self.path / f"config.before-resume-{stamp}.toml"
+
+    @property
+    def api_key(self) -> Path:
+        return self.path / ".api_key"
+
+    @property
+    def environment(self) -> Path:
+        return self.path / ".environment"
+
+    def pane_script(self, role: str) -> Path:
+        return self.path / f"{role}.sh"
+
+    def exit_code(self, role: str) -> Path:
+        """Where the `role` pane ("trainer", "inference") records its command's exit code."""
+        return self.path / f"{role}.exitcode"
+
+    @property
+    def inference_pid(self) -> Path:
+        return self.path / "inference.pid"
+
+    @property
+    def trainer_pid(self) -> Path:
+        return self.path / "trainer.pid"
+
+    @property
+    def logs(self) -> Path:
+        return self.path / "logs"
+
+    def log(self, role: str) -> Path:
+        return self.logs / f"{role}.log"
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / "metrics.jsonl"
+
+    @property
+    def discarded_metrics(self) -> Path:
+        return self.path / "metrics.discarded.jsonl"
+
+    @property
+    def rollouts(self) -> Path:
+        return self.path / "rollouts"
+
+    def step_rollouts(self, step: int) -> Path:
+        return self.rollouts / f"step_{step}.jsonl"
+
+    def eval_rollouts(self, version: int) -> Path:
+        return self.rollouts / f"eval_step_{version}.jsonl"
+
+    @property
+    def adapters(self) -> Path:
+        return self.path / "adapters"
+
+    @property
+    def weights(self) -> Path:
+        return self.path / "weights"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def curves(self) -> Path:
+        return self.path / "curves.png"
+
+    @property
+    def plots(self) -> Path:
+        return self.path / "plots"
+
+    @property
+    def wandb_run_id(self) -> Path:
+        return self.path / "wandb_run_id"
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines file; blank lines and lines that do not parse (one being written, one a
+    crash cut short) are skipped."""
+    rows = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
