@@ -18,9 +18,11 @@ Users and tests rely on these exact names. Imports no torch: the launcher reads 
 from __future__ import annotations
 
 import json
+import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 
 @dataclass(frozen=True)
@@ -123,3 +125,26 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
     with open(path, "a") as f:
         f.write(json.dumps(record) + "\n")
+
+
+@contextmanager
+def atomic_directory(final: Path) -> Iterator[Path]:
+    """Write a directory whole or not at all: fill the yielded `.NAME.tmp` beside `final`; when the block
+    ends it is renamed to `final` (replacing an older one). A reader never sees a half-written `final`
+    that looks complete: a block that fails removes its tmp dir, a crash leaves only that (the next write
+    of the same name removes it)."""
+    tmp = final.with_name(f".{final.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        yield tmp
+    except BaseException:  # a full disk, a kill: give the space back; an older `final` is untouched
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if final.exists():  # e.g. a checkpoint step redone after resuming from an earlier one
+        old = final.with_name(f".{final.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old)
+    else:
+        tmp.rename(final)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vfrl.environments.environment import Rollout
+from vfrl.run_dir import atomic_directory
 from vfrl.trainer.orchestrator import Batch
 
 if TYPE_CHECKING:
@@ -133,9 +134,7 @@ def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, state: T
 
     checkpoints_dir.mkdir(parents=True, exist_ok=True)
     final = checkpoints_dir / f"{PREFIX}{state.step}"
-    tmp = checkpoints_dir / f".{final.name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    with atomic_directory(final) as tmp:
         tmp.mkdir()
         model.save_pretrained(tmp / "model")
         saved = {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng_states()}
@@ -150,17 +149,6 @@ def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, state: T
         marker.write_text(f"step {state.step}\n")
         _fsync(marker)
         _fsync(tmp)
-    except BaseException:  # a full disk, a kill: give the space back; the older checkpoints are untouched
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if final.exists():  # redoing a step after resuming from an earlier checkpoint
-        old = checkpoints_dir / f".{final.name}.old"
-        shutil.rmtree(old, ignore_errors=True)
-        final.rename(old)
-        tmp.rename(final)
-        shutil.rmtree(old)
-    else:
-        tmp.rename(final)
     _fsync(checkpoints_dir)
     if keep_last:
         for old in list_checkpoints(checkpoints_dir)[:-keep_last]:
