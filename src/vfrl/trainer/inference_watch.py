@@ -23,7 +23,9 @@ class InferenceLost(RuntimeError):
     """The vLLM server exited or stopped answering; the message says which, in a few words."""
 
 
-def _root(base_url: str) -> str:
+def server_root(base_url: str) -> str:
+    """The server's own endpoints (/health, /pause, /v1/load_lora_adapter) hang off the root of the
+    OpenAI base URL (http://host:port/v1) that requests use."""
     return base_url.rstrip("/").removesuffix("/v1")
 
 
@@ -41,7 +43,7 @@ def process_gone(pid_file: Path | None) -> str | None:
 
 async def watch_inference(base_url: str, pid_file: Path | None, unresponsive_s: float, poll: float = 1.0) -> None:
     """Return never; raise InferenceLost once the server is gone or has not answered /health for `unresponsive_s`."""
-    health = f"{_root(base_url)}/health"
+    health = f"{server_root(base_url)}/health"
     last_answer = time.monotonic()
     async with httpx.AsyncClient(timeout=min(5.0, unresponsive_s)) as http:
         while True:
@@ -63,10 +65,10 @@ def inference_problem(base_url: str, pid_file: Path | None) -> str | None:
     if gone := process_gone(pid_file):
         return gone
     try:
-        if httpx.get(f"{_root(base_url)}/health", timeout=5).status_code == 200:
+        if httpx.get(f"{server_root(base_url)}/health", timeout=5).status_code == 200:
             return None
-        return f"the vLLM server at {_root(base_url)} answers /health with an error"
+        return f"the vLLM server at {server_root(base_url)} answers /health with an error"
     except httpx.ConnectError:  # nothing listens: the server process is gone (its supervisor may still be reaping)
-        return f"the vLLM server at {_root(base_url)} exited (connection refused)"
+        return f"the vLLM server at {server_root(base_url)} exited (connection refused)"
     except httpx.HTTPError:
-        return f"the vLLM server at {_root(base_url)} does not answer"
+        return f"the vLLM server at {server_root(base_url)} does not answer"

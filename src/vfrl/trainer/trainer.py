@@ -42,16 +42,16 @@ from vfrl.trainer.evaluation import is_eval_step
 from vfrl.trainer.failure import (
     EXIT_ERROR, EXIT_INFERENCE_LOST, TrainingStopped, describe, log_traceback, resume_hint,
 )
-from vfrl.trainer.inference_watch import InferenceLost, inference_problem, watch_inference
+from vfrl.trainer.inference_watch import InferenceLost, inference_problem, server_root, watch_inference
 from vfrl.trainer.monitor import MismatchWatch, WandbSink, set_aside_after
 from vfrl.trainer.orchestrator import Batch, Orchestrator
-from vfrl.trainer.weight_sync import AdapterSync, FullWeightSync
+from vfrl.trainer.weight_sync import AdapterSync, FullWeightSync, WeightSync
 
 
 def wait_for_server(base_url: str, timeout: float, inference_pid_file: Path | None = None) -> float:
     """Block until vLLM answers /health; returns seconds waited. InferenceLost at once if the server process died."""
     t0 = time.time()
-    root = base_url.rstrip("/").removesuffix("/v1")
+    root = server_root(base_url)
     while True:
         try:
             if httpx.get(f"{root}/health", timeout=2).status_code == 200:
@@ -149,7 +149,7 @@ class RLTrainer:
             paths.rollouts.mkdir(parents=True, exist_ok=True)
         if self.args.use_lora:
             paths.adapters.mkdir(parents=True, exist_ok=True)
-            self.sync = AdapterSync(base_url, api_key, paths.adapters)
+            self.sync: WeightSync = AdapterSync(base_url, api_key, paths.adapters)
         else:
             paths.weights.mkdir(parents=True, exist_ok=True)
             self.sync = FullWeightSync(base_url, api_key, paths.weights, served_name=config.model)
@@ -450,7 +450,7 @@ class RLTrainer:
             if evaluation is not None:
                 await self.finish_eval(evaluation)
                 evaluation = None
-            if getattr(self.sync, "reloads_in_place", False) and step + 1 < a.max_steps:
+            if self.sync.drain_before_push and step + 1 < a.max_steps:
                 t_drain = time.time()
                 await asyncio.wait([next_batch])  # full weights: batch step+1 ends on the policy it started on
                 wait_s += time.time() - t_drain  # idle on generation, like waiting for the batch

@@ -1,25 +1,53 @@
-"""Push the trained LoRA adapter into the running vLLM server.
+"""Push the trained policy into the running vLLM server: the WeightSync interface and its two kinds.
 
-Each policy version gets its own adapter name (`policy-<version>`): requests name the version they
-sample from, the prefix cache never mixes versions, and vLLM never re-reads an adapter in place.
-The adapter directory is written under a temporary name and renamed, so a crash never leaves a
-half-written adapter that looks complete.
+    AdapterSync      use_lora = true: each version is a new LoRA adapter with its own name
+    FullWeightSync   use_lora = false: every weight is reloaded in place under the one served name
+
+Both write what vLLM reads with run_dir.atomic_directory, so a crash never leaves a half-written
+directory that looks complete.
 """
 
 from __future__ import annotations
 
 import shutil
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 
+from vfrl.run_dir import atomic_directory
+from vfrl.trainer.inference_watch import server_root
 
-class AdapterSync:
-    def __init__(self, base_url: str, api_key: str, adapters_dir: Path, timeout: float = 120.0):
-        self.http = httpx.Client(base_url=base_url.rstrip("/").removesuffix("/v1"), headers={"Authorization": f"Bearer {api_key}"},
+
+class WeightSync(ABC):
+    """What the training loop needs of a sync, whatever it pushes."""
+
+    # True when vLLM serves every version under one name: the name cannot say which policy sampled a
+    # request, so the trainer lets the generation in flight finish before push() (no batch mixes two)
+    drain_before_push: ClassVar[bool] = False
+
+    def __init__(self, base_url: str, api_key: str, timeout: float):
+        self.http = httpx.Client(base_url=server_root(base_url), headers={"Authorization": f"Bearer {api_key}"},
                                  timeout=timeout)
+
+    @abstractmethod
+    def push(self, model, version: int) -> tuple[str, float]:
+        """Make vLLM serve policy `version` (the trainer's `model`). Returns (the model name to request, seconds)."""
+
+    def served_models(self) -> list[str]:
+        return [m["id"] for m in self.http.get("/v1/models").json()["data"]]
+
+
+class AdapterSync(WeightSync):
+    """Each policy version gets its own adapter name (`policy-<version>`): requests name the version they
+    sample from, the prefix cache never mixes versions, and vLLM never re-reads an adapter in place."""
+
+    def __init__(self, base_url: str, api_key: str, adapters_dir: Path, keep: int = 2, timeout: float = 120.0):
+        super().__init__(base_url, api_key, timeout)
         self.adapters_dir = adapters_dir
+        self.keep = keep
         self.loaded: list[str] = []
 
     @staticmethod
@@ -28,15 +56,12 @@ class AdapterSync:
 
     def save(self, model, version: int) -> Path:
         final = self.adapters_dir / self.name(version)
-        tmp = self.adapters_dir / f".{self.name(version)}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp)
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
+        with atomic_directory(final) as tmp:
+            model.save_pretrained(tmp)
         return final
 
-    def push(self, model, version: int, keep: int = 2) -> tuple[str, float]:
-        """Save + load version `version`; unload versions older than the last `keep`. Returns (name, seconds)."""
+    def push(self, model, version: int) -> tuple[str, float]:
+        """Save + load version `version`; unload versions older than the last `keep`."""
         t0 = time.perf_counter()
         path = self.save(model, version)
         name = self.name(version)
@@ -44,17 +69,14 @@ class AdapterSync:
         if r.status_code != 200:
             raise RuntimeError(f"vLLM refused adapter {name}: {r.status_code} {r.text}")
         self.loaded.append(name)
-        while len(self.loaded) > keep:
+        while len(self.loaded) > self.keep:
             old = self.loaded.pop(0)
             self.http.post("/v1/unload_lora_adapter", json={"lora_name": old})
             shutil.rmtree(self.adapters_dir / old, ignore_errors=True)
         return name, time.perf_counter() - t0
 
-    def served_models(self) -> list[str]:
-        return [m["id"] for m in self.http.get("/v1/models").json()["data"]]
 
-
-class FullWeightSync:
+class FullWeightSync(WeightSync):
     """use_lora = false: write every weight as safetensors and reload them into the running vLLM in place.
 
     One push, version N:
@@ -66,15 +88,14 @@ class FullWeightSync:
       4. POST /reset_prefix_cache (no KV block computed by the old weights is reused), POST /resume.
     vLLM serves one model name throughout, so the name cannot carry the version: the trainer's
     counter does (`policy_version` per batch). It holds because the trainer lets the batch in flight
-    finish before pushing (`reloads_in_place`), and step 2 covers any other request still running.
+    finish before pushing (`drain_before_push`), and step 2 covers any other request still running.
     """
 
-    reloads_in_place = True  # the trainer waits for in-flight generation before push()
+    drain_before_push = True
 
     def __init__(self, base_url: str, api_key: str, weights_dir: Path, served_name: str, keep: int = 2,
                  timeout: float = 600.0):
-        self.http = httpx.Client(base_url=base_url.rstrip("/").removesuffix("/v1"),
-                                 headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout)
+        super().__init__(base_url, api_key, timeout)
         self.weights_dir = weights_dir
         self.served_name = served_name
         self.keep = keep
@@ -84,11 +105,8 @@ class FullWeightSync:
 
     def save(self, model, version: int) -> Path:
         final = self.weights_dir / f"step-{version}"
-        tmp = self.weights_dir / f".step-{version}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        model.save_pretrained(tmp, safe_serialization=True)
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
+        with atomic_directory(final) as tmp:
+            model.save_pretrained(tmp, safe_serialization=True)
         return final
 
     def _post(self, path: str, **kw) -> httpx.Response:
@@ -99,7 +117,7 @@ class FullWeightSync:
         return r
 
     def push(self, model, version: int) -> tuple[str, float]:
-        """Save + reload version `version`. Returns (served model name, seconds)."""
+        """Save + reload version `version`; the served name stays the same."""
         t0 = time.perf_counter()
         path = self.save(model, version)
         t_saved = time.perf_counter()
@@ -125,6 +143,3 @@ class FullWeightSync:
     def loaded_version(self) -> int:
         """The version the vLLM workers report as loaded (-1 before the first push)."""
         return int(self._post("/collective_rpc", json={"method": "vfrl_loaded_version"}).json()["results"][0])
-
-    def served_models(self) -> list[str]:
-        return [m["id"] for m in self.http.get("/v1/models").json()["data"]]
