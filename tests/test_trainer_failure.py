@@ -135,3 +135,27 @@ def test_a_batch_past_generation_timeout_stops_the_run_in_one_line():
     assert str(e.value) == ("step 5: the batch's rollouts did not finish within generation_timeout = 0.2s; raise it, "
                             "or lower rollout_timeout, max_tokens or batch_size")
     assert describe(e.value) == str(e.value)
+
+
+def test_the_no_attach_console_leaves_out_the_tracebacks_kept_for_the_log(tmp_path):
+    """`vf-rl @ cfg --no-attach` streams trainer.log as the console: the one line shows, the traceback does not."""
+    from vfrl.launcher.lifecycle import ConsoleStream
+    from vfrl.trainer.failure import log_traceback
+
+    log = tmp_path / "trainer.log"
+    log.write_text("step 1/4 | reward 0.5\n")
+    try:
+        raise ValueError("boom")
+    except ValueError as e:
+        log_traceback(log, e, about="asyncio: Task exception was never retrieved")
+    with open(log, "a") as f:
+        f.write("vf-train: error: ValueError: boom (traceback in trainer.log)\nlast line, no newline yet")
+    data = log.read_text()
+    assert "Traceback (most recent call last)" in data and "asyncio: Task exception" in data
+    shown = []
+    console = ConsoleStream(shown.append)
+    for i in range(0, len(data), 7):  # as follow() reads it: chunks cut anywhere
+        console(data[i:i + 7])
+    console.close()
+    assert "".join(shown) == ("step 1/4 | reward 0.5\nvf-train: error: ValueError: boom (traceback in trainer.log)\n"
+                              "last line, no newline yet")

@@ -304,9 +304,11 @@ def wait_for_trainer(srv, session_name: str, run_dir: Path) -> int:
     paths = RunDir(run_dir)
     exit_file = paths.exit_code("trainer")
     code = 1
+    console = lifecycle.ConsoleStream(sys.stdout.write)
     try:
         lifecycle.follow(paths.log("trainer"), 0,
-                         lambda: exit_file.exists() or not tmux.session_exists(srv, session_name), sys.stdout.write)
+                         lambda: exit_file.exists() or not tmux.session_exists(srv, session_name), console)
+        console.close()
         if exit_file.exists():
             code = int(exit_file.read_text().strip() or 1)
         else:

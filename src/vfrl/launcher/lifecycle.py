@@ -17,6 +17,7 @@ import libtmux
 
 from vfrl.launcher import procs, tmux
 from vfrl.run_dir import RunDir, read_jsonl
+from vfrl.trainer.failure import TRACEBACK_END, TRACEBACK_START
 
 
 def wait_dead(srv: libtmux.Server, session: str, role: str, timeout: float) -> bool:
@@ -119,6 +120,30 @@ def tail(path: Path, lines: int) -> tuple[str, int]:
     data = path.read_bytes() if path.is_file() else b""
     kept = data.splitlines(keepends=True)[-lines:] if lines > 0 else []
     return b"".join(kept).decode(errors="replace"), len(data)
+
+
+class ConsoleStream:
+    """What `vf-rl @ cfg --no-attach` shows of trainer.log, written to `write`: all of it but the tracebacks
+    vf-train put in the log for the record (between its markers; the console already got the one line)."""
+
+    def __init__(self, write: Callable[[str], None]):
+        self.write, self.partial, self.hiding = write, "", False
+
+    def __call__(self, chunk: str) -> None:
+        lines = (self.partial + chunk).split("\n")
+        self.partial = lines.pop()  # a line still being written
+        for line in lines:
+            if line == TRACEBACK_START:
+                self.hiding = True
+            elif line == TRACEBACK_END:
+                self.hiding = False
+            elif not self.hiding:
+                self.write(line + "\n")
+
+    def close(self) -> None:
+        if self.partial and not self.hiding:
+            self.write(self.partial)
+        self.partial = ""
 
 
 def follow(path: Path, pos: int, until: Callable[[], bool], write: Callable[[str], None], poll: float = 0.5) -> None:

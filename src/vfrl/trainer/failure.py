@@ -35,11 +35,18 @@ class TrainingStopped(Exception):
         super().__init__(line)
 
 
-def log_traceback(log: Path, error: BaseException) -> None:
+# around each traceback written into the log: `vf-rl --no-attach`, which streams the log as the console,
+# leaves them out (launcher/lifecycle.py: ConsoleStream); `vf-rl logs` and the file keep them
+TRACEBACK_START = "vf-train: traceback, for the log only (the console got one line):"
+TRACEBACK_END = "vf-train: end of traceback"
+
+
+def log_traceback(log: Path, error: BaseException, about: str = "") -> None:
     """The whole story for the log file, not the console (the pane tees the console into the same file)."""
     try:
         with open(log, "a") as f:
-            f.write("".join(traceback.format_exception(error)))
+            f.write("\n".join([TRACEBACK_START, *([about] if about else []),
+                               "".join(traceback.format_exception(error)).rstrip("\n"), TRACEBACK_END]) + "\n")
     except OSError:
         pass
 

@@ -77,10 +77,11 @@ def _unretrieved_to(log: Path):
         error = context.get("exception")
         if isinstance(error, asyncio.CancelledError):
             return
-        with contextlib.suppress(OSError), open(log, "a") as f:
-            f.write(f"asyncio: {context.get('message', '')}\n")
         if error is not None:
-            log_traceback(log, error)
+            log_traceback(log, error, about=f"asyncio: {context.get('message', '')}")
+        else:
+            with contextlib.suppress(OSError), open(log, "a") as f:
+                f.write(f"asyncio: {context.get('message', '')}\n")
 
     return handle
 
