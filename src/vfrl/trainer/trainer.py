@@ -25,7 +25,7 @@ import torch
 
 from vfrl.config import RLConfig
 from vfrl.environments.loader import load_environment
-from vfrl.run_dir import RunDir, append_jsonl
+from vfrl.run_dir import RunDir, append_jsonl, set_aside_after
 from vfrl.trainer.advantages import reward_stats
 from vfrl.trainer.batch import TrainBatch, make_train_batch
 from vfrl.trainer.logprobs import sequence_logprobs_and_entropy
@@ -42,8 +42,9 @@ from vfrl.trainer.failure import (
     EXIT_ERROR, EXIT_INFERENCE_LOST, TrainingStopped, describe, log_traceback, resume_hint,
 )
 from vfrl.trainer.inference_watch import InferenceLost, inference_problem, server_root, watch_inference
-from vfrl.trainer.monitor import MismatchWatch, WandbSink, set_aside_after
+from vfrl.trainer.mismatch import MismatchWatch
 from vfrl.trainer.orchestrator import Batch, Orchestrator
+from vfrl.trainer.wandb_sink import NoWandb, WandbSink
 from vfrl.trainer.weight_sync import AdapterSync, FullWeightSync, WeightSync
 
 
@@ -152,7 +153,7 @@ class RLTrainer:
         else:
             paths.weights.mkdir(parents=True, exist_ok=True)
             self.sync = FullWeightSync(base_url, api_key, paths.weights, served_name=config.model)
-        # ---- checkpoints, resume, monitoring (see checkpoint.py, console.py, monitor.py) ----
+        # ---- checkpoints, resume, monitoring (see checkpoint.py, console.py, mismatch.py, wandb_sink.py) ----
         self.metrics_path = paths.metrics
         self.console = TrainerConsole()
         self.mismatch = MismatchWatch(self.args.mismatch_kl_warn, self.args.mismatch_kl_jump)
@@ -166,7 +167,7 @@ class RLTrainer:
         self.inference_pid_file = paths.inference_pid
         # wandb is imported only here: report_to = "none" needs neither the package nor an account
         self.wandb = (WandbSink(run_dir, self.args.run_name, config.model_dump(mode="json"))
-                      if self.args.report_to == "wandb" and self.ranks.is_main else None)
+                      if self.args.report_to == "wandb" and self.ranks.is_main else NoWandb())
 
     def resume(self, path: Path) -> tuple[int, Batch | None]:
         """Load checkpoint `path` into model, optimizer, scheduler and RNGs; returns (step, pending batch)."""
@@ -459,8 +460,7 @@ class RLTrainer:
             await self.finish_eval(evaluation)
         if a.save_strategy == "steps" and a.max_steps > self.start_step:
             await asyncio.to_thread(self.save, a.max_steps, None)
-        if self.wandb:
-            self.wandb.finish()
+        self.wandb.finish()
 
     # ---- eval during training (evaluation.py) ----
     def start_eval(self, orch: Orchestrator, model_name: str, version: int) -> tuple[int, asyncio.Task]:
@@ -474,8 +474,7 @@ class RLTrainer:
         with open(RunDir(self.run_dir).eval_rollouts(version), "w") as f:
             for r in rollouts:
                 f.write(json.dumps(rollout_row(r)) + "\n")
-        if self.wandb:
-            self.wandb.log(record)
+        self.wandb.log(record)
         self.console.eval(version, stats)
 
     # ---- monitoring: metrics.jsonl, rollouts/step_N.jsonl, console, wandb, mismatch watch ----
@@ -495,12 +494,11 @@ class RLTrainer:
         show = a.log_completions and step % a.logging_steps == 0
         if show:
             self.console.completions(step, batch.rollouts, a.num_completions_to_print)
-        if self.wandb:
-            self.wandb.log(record)
-            if show:
-                self.wandb.completions(step, batch.rollouts)
-            if alert:
-                self.wandb.alert(f"mismatch_kl at step {step}", alert)
+        self.wandb.log(record)
+        if show:
+            self.wandb.completions(step, batch.rollouts)
+        if alert:
+            self.wandb.alert(f"mismatch_kl at step {step}", alert)
 
 
 def rollout_row(r) -> dict:
