@@ -10,8 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import BIN, ROOT
+from vfrl.run_dir import set_aside_after
 from vfrl.trainer.console import TrainerConsole, progress_line
-from vfrl.trainer.monitor import MismatchWatch, WandbSink, set_aside_after
+from vfrl.trainer.mismatch import MismatchWatch
+from vfrl.trainer.wandb_sink import WandbSink
 
 
 def record(step: int, **kw) -> dict:

@@ -127,6 +127,31 @@ def append_jsonl(path: Path, record: dict[str, Any]) -> None:
         f.write(json.dumps(record) + "\n")
 
 
+def set_aside_after(metrics_path: Path, step: int) -> int:
+    """On resume from checkpoint `step`: move lines of later steps (to be redone) to metrics.discarded.jsonl.
+
+    Returns how many lines moved. Nothing is deleted; metrics.jsonl keeps steps <= `step` and is
+    appended from there, so it holds each step once.
+    """
+    if not metrics_path.exists():
+        return 0
+    keep, later = [], []
+    for line in metrics_path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            (later if json.loads(line).get("step", 0) > step else keep).append(line)
+        except json.JSONDecodeError:  # a line cut by the crash
+            later.append(line)
+    if later:
+        with open(RunDir(metrics_path.parent).discarded_metrics, "a") as f:
+            f.write("\n".join(later) + "\n")
+        tmp = metrics_path.with_name(f".{metrics_path.name}.tmp")
+        tmp.write_text("".join(line + "\n" for line in keep))
+        tmp.replace(metrics_path)
+    return len(later)
+
+
 @contextmanager
 def atomic_directory(final: Path) -> Iterator[Path]:
     """Write a directory whole or not at all: fill the yielded `.NAME.tmp` beside `final`; when the block

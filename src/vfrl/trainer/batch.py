@@ -19,6 +19,7 @@ import torch
 
 from vfrl.environments.environment import Rollout
 from vfrl.trainer.advantages import group_advantages
+from vfrl.trainer.normalization import loss_weights
 
 
 @dataclass
@@ -30,12 +31,23 @@ class TrainBatch:
     sampling_logprobs: torch.Tensor  # (B, T-1) 0 where not sampled
     advantages: torch.Tensor  # (B,)
     truncated: torch.Tensor  # (B,) bool
+    # (B, T-1) the whole batch's normalization (normalization.py), so micro-batch losses add up to the batch's
+    loss_weights: torch.Tensor | None = None
+    # (B, T-1) pi_old and pi_ref, fixed by the step's first forward (trainer.fix_old_policy) for its later iterations
+    old_logprobs: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
+    def _map(self, f) -> "TrainBatch":
+        return TrainBatch(*(None if (v := getattr(self, x.name)) is None else f(v) for x in fields(self)))
+
     def slice(self, start: int, stop: int) -> "TrainBatch":
-        return TrainBatch(*(getattr(self, f.name)[start:stop] for f in fields(self)))
+        return self._map(lambda t: t[start:stop])
+
+    def to(self, device) -> "TrainBatch":
+        return self._map(lambda t: t.to(device))
 
 
 def is_truncated(rollout: Rollout, max_seq_len: int) -> bool:
@@ -82,7 +94,7 @@ def train_rewards(rollouts: list[Rollout], max_seq_len: int, zero_truncated_comp
 
 def make_train_batch(rollouts: list[Rollout], args, pad_id: int,
                      group_sizes: list[int] | None = None) -> tuple[TrainBatch, torch.Tensor]:
-    """Rollouts of one step -> (TrainBatch, rewards used for the advantages). `args`: TrainerArgs.
+    """Rollouts of one step -> (TrainBatch with its loss weights, rewards used for the advantages). `args`: TrainerArgs.
 
     `group_sizes`: rollouts per group where faults dropped some (default: every group full). The
     TrainBatch keeps `batch_size` rows all the same, the dropped ones as padding without loss, so the
@@ -91,4 +103,5 @@ def make_train_batch(rollouts: list[Rollout], args, pad_id: int,
     advantages = group_advantages(rewards, group_sizes or args.rollouts_per_example, args.scale_rewards)
     batch = collate(rollouts, advantages, args.max_seq_len, pad_id, args.mask_env_responses,
                     args.mask_truncated_completions, rows=args.batch_size)
+    batch.loss_weights = loss_weights(batch.loss_mask, args.loss_normalization, args.max_tokens)
     return batch, rewards

@@ -12,6 +12,8 @@ Each returns a PolicyLoss: the per-token loss and where a bound took the token's
   loss_type = "gspo"       (GSPO): the PPO clip applied to the sequence ratio
               exp(mean over the sequence's loss tokens of log ratio), shared by all its tokens.
   beta > 0 adds beta * kl_penalty (k3 estimator of KL(pi || pi_ref)) per token.
+
+`compute_loss` puts it together for one micro-batch: typed LossInputs -> LossOutputs, no model, no state.
 """
 
 from __future__ import annotations
@@ -83,3 +85,36 @@ def policy_loss(loss_type: str, logprobs, old_logprobs, advantages, loss_mask, a
     if loss_type == "gspo":
         return gspo_loss(logprobs, old_logprobs, advantages, loss_mask, args.epsilon, eps_high)
     raise ValueError(f"unknown loss_type {loss_type!r}")
+
+
+@dataclass
+class LossInputs:
+    """One micro-batch, every tensor on the same device."""
+
+    logprobs: torch.Tensor  # (B, T) the trainer's, with gradient
+    old_logprobs: torch.Tensor  # (B, T) pi_old, the same for every iteration of the step
+    ref_logprobs: torch.Tensor | None  # (B, T) pi_ref of the KL penalty; None when beta = 0
+    advantages: torch.Tensor  # (B,)
+    loss_mask: torch.Tensor  # (B, T) 1 where the token gets loss
+    loss_weights: torch.Tensor  # (B, T) the whole batch's normalization (normalization.py), 0 off the mask
+
+
+@dataclass
+class LossOutputs:
+    loss: torch.Tensor  # () sum of weight * per-token loss: this micro-batch's part of the batch's loss
+    low: torch.Tensor  # () loss tokens the lower bound took out
+    high: torch.Tensor  # () loss tokens the upper bound took out
+    kl: torch.Tensor | None  # () sum of the KL penalty over loss tokens, no gradient; None when beta = 0
+
+
+def compute_loss(inputs: LossInputs, args) -> LossOutputs:
+    """`args` (TrainerArgs): loss_type, its bounds and beta."""
+    pl = policy_loss(args.loss_type, inputs.logprobs, inputs.old_logprobs, inputs.advantages, inputs.loss_mask, args)
+    per_token, kl = pl.per_token, None  # (B, T)
+    if inputs.ref_logprobs is not None:
+        kl = kl_penalty(inputs.logprobs, inputs.ref_logprobs)  # (B, T)
+        per_token = per_token + args.beta * kl
+    counted = inputs.loss_mask > 0
+    return LossOutputs(loss=(per_token * inputs.loss_weights).sum(), low=(pl.low & counted).sum(),
+                       high=(pl.high & counted).sum(),
+                       kl=None if kl is None else (kl.detach() * inputs.loss_mask).sum())

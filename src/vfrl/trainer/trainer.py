@@ -25,12 +25,11 @@ import torch
 
 from vfrl.config import RLConfig
 from vfrl.environments.loader import load_environment
-from vfrl.run_dir import RunDir, append_jsonl
+from vfrl.run_dir import RunDir, append_jsonl, set_aside_after
 from vfrl.trainer.advantages import reward_stats
-from vfrl.trainer.batch import make_train_batch
+from vfrl.trainer.batch import TrainBatch, make_train_batch
 from vfrl.trainer.logprobs import sequence_logprobs_and_entropy
-from vfrl.trainer.loss import kl_penalty, mismatch_kl, policy_loss
-from vfrl.trainer.normalization import loss_weights
+from vfrl.trainer.loss import LossInputs, compute_loss, mismatch_kl
 from vfrl.trainer.reference import ReferencePolicy
 from vfrl.trainer.checkpoint import (
     TrainingState, latest_checkpoint, load_checkpoint, rng_states, save_checkpoint, step_of,
@@ -43,8 +42,9 @@ from vfrl.trainer.failure import (
     EXIT_ERROR, EXIT_INFERENCE_LOST, TrainingStopped, describe, log_traceback, resume_hint,
 )
 from vfrl.trainer.inference_watch import InferenceLost, inference_problem, server_root, watch_inference
-from vfrl.trainer.monitor import MismatchWatch, WandbSink, set_aside_after
+from vfrl.trainer.mismatch import MismatchWatch
 from vfrl.trainer.orchestrator import Batch, Orchestrator
+from vfrl.trainer.wandb_sink import NoWandb, WandbSink
 from vfrl.trainer.weight_sync import AdapterSync, FullWeightSync, WeightSync
 
 
@@ -154,7 +154,7 @@ class RLTrainer:
         else:
             paths.weights.mkdir(parents=True, exist_ok=True)
             self.sync = FullWeightSync(base_url, api_key, paths.weights, served_name=config.model)
-        # ---- checkpoints, resume, monitoring (see checkpoint.py, console.py, monitor.py) ----
+        # ---- checkpoints, resume, monitoring (see checkpoint.py, console.py, mismatch.py, wandb_sink.py) ----
         self.metrics_path = paths.metrics
         self.console = TrainerConsole()
         self.mismatch = MismatchWatch(self.args.mismatch_kl_warn, self.args.mismatch_kl_jump)
@@ -168,7 +168,7 @@ class RLTrainer:
         self.inference_pid_file = paths.inference_pid
         # wandb is imported only here: report_to = "none" needs neither the package nor an account
         self.wandb = (WandbSink(run_dir, self.args.run_name, config.model_dump(mode="json"))
-                      if self.args.report_to == "wandb" and self.ranks.is_main else None)
+                      if self.args.report_to == "wandb" and self.ranks.is_main else NoWandb())
 
     def resume(self, path: Path) -> tuple[int, Batch | None]:
         """Load checkpoint `path` into model, optimizer, scheduler and RNGs; returns (step, pending batch)."""
@@ -275,95 +275,78 @@ class RLTrainer:
         all-reduce runs on each rank's last micro-batch only (no_sync before), once per optimizer update.
         """
         a = self.args
-        world = self.ranks.world_size
         self.in_step = True
-        tb, rewards = make_train_batch(batch.rollouts, a, self.pad_id, batch.sizes())
-        weights = loss_weights(tb.loss_mask, a.loss_normalization, a.max_tokens)  # whole-batch normalization
-        num_loss_tokens = int(tb.loss_mask.sum())
-        starts = list(range(0, len(tb), a.micro_batch_size))
-        mine = self.ranks.mine(len(starts))  # every micro-batch with one process
-        fixed: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}  # per micro-batch: (old, reference) logprobs
-        m = dict.fromkeys(["loss", "grad_norm", "low", "high", "entropy", "mismatch_kl", "kl"], 0.0)
-        sampled_tokens = 0.0
+        tb, rewards = make_train_batch(batch.rollouts, a, self.pad_id, batch.sizes())  # with whole-batch loss weights
+        starts = range(0, len(tb), a.micro_batch_size)
+        micro = [tb.slice(starts[k], starts[k] + a.micro_batch_size).to(self.accelerator.device)
+                 for k in self.ranks.mine(len(starts))]  # every micro-batch with one process
+        sums = dict.fromkeys(["loss", "grad_norm", "low", "high", "entropy", "mismatch_kl", "kl", "sampled"], 0.0)
         self.model.train()
         for it in range(a.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
-            for k in mine:
-                start = starts[k]
-                synced = k == mine[-1]  # DDP all-reduces the gradients in this backward
+            for mb in micro:
+                synced = mb is micro[-1]  # DDP all-reduces the gradients in this backward
                 with contextlib.nullcontext() if synced else self.accelerator.no_sync(self.model):
-                    sampled_tokens += self.micro_step(tb.slice(start, start + a.micro_batch_size),
-                                                      weights[start : start + a.micro_batch_size], it, k,
-                                                      fixed, m, synced and world > 1)
-            m["grad_norm"] += float(self.accelerator.clip_grad_norm_(self.model.parameters(), a.max_grad_norm))
+                    for key, value in self.micro_step(mb, it == 0, synced and self.ranks.world_size > 1).items():
+                        sums[key] += value
+            sums["grad_norm"] += float(self.accelerator.clip_grad_norm_(self.model.parameters(), a.max_grad_norm))
             self.optimizer.step()
         self.scheduler.step()
         self.steps_done, self.in_step = self.steps_done + 1, False
         # per-rank sums -> batch sums (grad_norm is already the same on every rank: gradients are all-reduced)
-        summed = self.ranks.sum({k: v for k, v in m.items() if k != "grad_norm"} | {"sampled": sampled_tokens})
-        sampled_tokens = summed.pop("sampled")
-        m |= summed
-        n_tok, n_it = max(num_loss_tokens, 1), a.num_iterations
-        out = {
-            "loss": m["loss"] / n_it,
-            "grad_norm": m["grad_norm"] / n_it,
-            "lr": self.scheduler.get_last_lr()[0],
-            "entropy": m["entropy"] / n_tok,
-            "mismatch_kl": m["mismatch_kl"] / max(sampled_tokens, 1),
-            "clip_fraction_low": m["low"] / (n_tok * n_it),
-            "clip_fraction_high": m["high"] / (n_tok * n_it),
-            "masked_fraction": (m["low"] + m["high"]) / (n_tok * n_it),  # loss tokens a ratio bound took out
-            **({"kl": m["kl"] / n_tok} if a.beta > 0 else {}),
-            **reward_stats(torch.tensor([r.reward for r in batch.rollouts]), rewards, batch.sizes()),
-            "completion_len": sum(len(r.completion_ids) for r in batch.rollouts) / len(batch.rollouts),
-            "truncated_fraction": float(tb.truncated[: len(batch.rollouts)].float().mean()),  # not the padding
-            "loss_tokens": num_loss_tokens,
-            **batch.metrics,  # the step's faulty rollouts, see step_faults.py
-        }
-        for name in batch.rollouts[0].metrics:
-            out[f"reward/{name}"] = sum(r.metrics.get(name, 0.0) for r in batch.rollouts) / len(batch.rollouts)
-        return out
+        sums |= self.ranks.sum({k: v for k, v in sums.items() if k != "grad_norm"})
+        loss_tokens = int(tb.loss_mask.sum())
+        return self.update_metrics(sums, loss_tokens) | batch_metrics(batch, tb, rewards, loss_tokens)
 
-    def micro_step(self, mb, weights: torch.Tensor, it: int, k: int, fixed: dict, m: dict[str, float],
-                   must_backward: bool) -> float:
-        """Forward and backward of micro-batch k (weights: its rows of the whole-batch loss weights). Adds its sums
-        to `m`; returns its sampled-token count (0 after the first iteration). `must_backward`: this backward is
-        the one DDP all-reduces in, so it runs even without loss tokens (every rank must join)."""
+    def micro_step(self, mb: TrainBatch, first: bool, must_backward: bool) -> dict[str, float]:
+        """Forward and backward of one micro-batch (on the device); returns its metric sums. The step's first
+        iteration also fixes mb's old and reference logprobs. `must_backward`: this backward is the one DDP
+        all-reduces in, so it runs even without loss tokens (every rank must join)."""
         a = self.args
-        device = self.accelerator.device
-        sampled_tokens = 0.0
-        ids, attn, mask = mb.input_ids.to(device), mb.attention_mask.to(device), mb.loss_mask.to(device)
-        logprobs, entropy = sequence_logprobs_and_entropy(
-            self.model, ids, attn, a.temperature, mask > 0, a.logprob_chunk_size, with_entropy=it == 0)
-        if it == 0:
-            sampled = mb.sampled_mask.to(device) & (mask > 0)
-            old = torch.where(sampled, mb.sampling_logprobs.to(device), logprobs.detach())
-            ref = (self.reference.logprobs(ids, attn, a.temperature, mask > 0, a.logprob_chunk_size)
-                   if a.beta > 0 else None)
-            fixed[k] = (old, ref)
-            m["entropy"] += float((entropy * mask).sum())
-            m["mismatch_kl"] += float((mismatch_kl(logprobs.detach(), old) * sampled).sum())
-            sampled_tokens = float(sampled.sum())
-        old, ref = fixed[k]
-        pl = policy_loss(a.loss_type, logprobs, old, mb.advantages.to(device), mask, a)
-        per_token = pl.per_token
-        if ref is not None:
-            kl = kl_penalty(logprobs, ref)
-            per_token = per_token + a.beta * kl
-            if it == 0:
-                m["kl"] += float((kl.detach() * mask).sum())
-        loss = (per_token * weights.to(device)).sum()
-        backward = loss * self.ranks.world_size  # DDP averages over ranks; see train_step
-        if not loss.requires_grad and must_backward:  # no loss tokens, so no forward ran: a zero-gradient one
-            full, _ = sequence_logprobs_and_entropy(self.model, ids, attn, a.temperature, None,
+        logprobs, entropy = sequence_logprobs_and_entropy(self.model, mb.input_ids, mb.attention_mask, a.temperature,
+                                                          mb.loss_mask > 0, a.logprob_chunk_size, with_entropy=first)
+        sums = self.fix_old_policy(mb, logprobs.detach(), entropy) if first else {}
+        out = compute_loss(LossInputs(logprobs, mb.old_logprobs, mb.ref_logprobs, mb.advantages, mb.loss_mask,
+                                      mb.loss_weights), a)
+        if first and out.kl is not None:
+            sums["kl"] = float(out.kl)
+        backward = out.loss * self.ranks.world_size  # DDP averages over ranks; see train_step
+        if not out.loss.requires_grad and must_backward:  # no loss tokens, so no forward ran: a zero-gradient one
+            full, _ = sequence_logprobs_and_entropy(self.model, mb.input_ids, mb.attention_mask, a.temperature, None,
                                                     a.logprob_chunk_size, with_entropy=False)
             backward = 0.0 * full.sum()
         if backward.requires_grad:  # a micro-batch without loss tokens has nothing to backpropagate
             self.accelerator.backward(backward)
-        m["loss"] += float(loss.detach())
-        m["low"] += float((pl.low & (mask > 0)).sum())
-        m["high"] += float((pl.high & (mask > 0)).sum())
-        return sampled_tokens
+        return sums | {"loss": float(out.loss.detach()), "low": float(out.low), "high": float(out.high)}
+
+    def fix_old_policy(self, mb: TrainBatch, logprobs: torch.Tensor, entropy: torch.Tensor) -> dict[str, float]:
+        """Before the first update: pi_old (see train_step) and pi_ref of micro-batch `mb`, and the sums of what
+        describes the policy before this step (entropy, mismatch with vLLM, sampled tokens). `logprobs`: (B, T)."""
+        a = self.args
+        sampled = mb.sampled_mask & (mb.loss_mask > 0)  # (B, T)
+        mb.old_logprobs = torch.where(sampled, mb.sampling_logprobs, logprobs)
+        if self.reference is not None:
+            mb.ref_logprobs = self.reference.logprobs(mb.input_ids, mb.attention_mask, a.temperature,
+                                                      mb.loss_mask > 0, a.logprob_chunk_size)
+        return {"entropy": float((entropy * mb.loss_mask).sum()),
+                "mismatch_kl": float((mismatch_kl(logprobs, mb.old_logprobs) * sampled).sum()),
+                "sampled": float(sampled.sum())}
+
+    def update_metrics(self, sums: dict[str, float], loss_tokens: int) -> dict[str, float]:
+        """The step's metrics from train_step's batch sums: means per loss token, per sampled token, per iteration."""
+        a = self.args
+        n_tok, n_it = max(loss_tokens, 1), a.num_iterations
+        return {
+            "loss": sums["loss"] / n_it,
+            "grad_norm": sums["grad_norm"] / n_it,
+            "lr": self.scheduler.get_last_lr()[0],
+            "entropy": sums["entropy"] / n_tok,
+            "mismatch_kl": sums["mismatch_kl"] / max(sums["sampled"], 1),
+            "clip_fraction_low": sums["low"] / (n_tok * n_it),
+            "clip_fraction_high": sums["high"] / (n_tok * n_it),
+            "masked_fraction": (sums["low"] + sums["high"]) / (n_tok * n_it),  # loss tokens a ratio bound took out
+            **({"kl": sums["kl"] / n_tok} if a.beta > 0 else {}),
+        }
 
     # ---- the loop ----
     def train(self) -> None:
@@ -478,8 +461,7 @@ class RLTrainer:
             await self.finish_eval(evaluation)
         if a.save_strategy == "steps" and a.max_steps > self.start_step:
             await asyncio.to_thread(self.save, a.max_steps, None)
-        if self.wandb:
-            self.wandb.finish()
+        self.wandb.finish()
 
     # ---- eval during training (evaluation.py) ----
     def start_eval(self, orch: Orchestrator, model_name: str, version: int) -> tuple[int, asyncio.Task]:
@@ -493,8 +475,7 @@ class RLTrainer:
         with open(RunDir(self.run_dir).eval_rollouts(version), "w") as f:
             for r in rollouts:
                 f.write(json.dumps(rollout_row(r)) + "\n")
-        if self.wandb:
-            self.wandb.log(record)
+        self.wandb.log(record)
         self.console.eval(version, stats)
 
     # ---- monitoring: metrics.jsonl, rollouts/step_N.jsonl, console, wandb, mismatch watch ----
@@ -514,15 +495,28 @@ class RLTrainer:
         show = a.log_completions and step % a.logging_steps == 0
         if show:
             self.console.completions(step, batch.rollouts, a.num_completions_to_print)
-        if self.wandb:
-            self.wandb.log(record)
-            if show:
-                self.wandb.completions(step, batch.rollouts)
-            if alert:
-                self.wandb.alert(f"mismatch_kl at step {step}", alert)
+        self.wandb.log(record)
+        if show:
+            self.wandb.completions(step, batch.rollouts)
+        if alert:
+            self.wandb.alert(f"mismatch_kl at step {step}", alert)
 
 
 def rollout_row(r) -> dict:
     return {"example_id": r.example_id, "prompt": r.prompt, "completion": r.completion, "answer": r.answer,
             "reward": r.reward, "metrics": r.metrics, "policy": r.policy,
             "reward_errors": r.reward_errors, "error": r.error}  # why it scored 0 / ended early
+
+
+def batch_metrics(batch: Batch, tb: TrainBatch, rewards: torch.Tensor, loss_tokens: int) -> dict[str, float]:
+    """What a step trained on. `rewards`: those the advantages used (make_train_batch)."""
+    n = len(batch.rollouts)
+    return {
+        **reward_stats(torch.tensor([r.reward for r in batch.rollouts]), rewards, batch.sizes()),
+        "completion_len": sum(len(r.completion_ids) for r in batch.rollouts) / n,
+        "truncated_fraction": float(tb.truncated[:n].float().mean()),  # not the padding
+        "loss_tokens": loss_tokens,
+        **batch.metrics,  # the step's faulty rollouts, see step_faults.py
+        **{f"reward/{name}": sum(r.metrics.get(name, 0.0) for r in batch.rollouts) / n
+           for name in batch.rollouts[0].metrics},
+    }
