@@ -159,3 +159,26 @@ def test_the_no_attach_console_leaves_out_the_tracebacks_kept_for_the_log(tmp_pa
     console.close()
     assert "".join(shown) == ("step 1/4 | reward 0.5\nvf-train: error: ValueError: boom (traceback in trainer.log)\n"
                               "last line, no newline yet")
+
+
+def test_an_interrupt_nobody_retrieved_is_a_stop_not_a_logged_error(tmp_path):
+    """A second Ctrl-C during the shutdown ends a task with KeyboardInterrupt (seen in CI): the log stays clean;
+    a real error nobody retrieved still goes to the log, between the markers."""
+    import asyncio
+
+    from vfrl.trainer.trainer import _unretrieved_to
+
+    log = tmp_path / "trainer.log"
+    handle = _unretrieved_to(log)
+    loop = asyncio.new_event_loop()
+    try:
+        handle(loop, {"message": "Task exception was never retrieved", "exception": KeyboardInterrupt()})
+        handle(loop, {"message": "Task exception was never retrieved", "exception": asyncio.CancelledError()})
+        assert not log.exists()
+        try:
+            raise ConnectionError("refused")
+        except ConnectionError as e:
+            handle(loop, {"message": "Task exception was never retrieved", "exception": e})
+    finally:
+        loop.close()
+    assert "ConnectionError: refused" in log.read_text() and "asyncio: Task exception" in log.read_text()

@@ -69,13 +69,13 @@ def wait_for_server(base_url: str, timeout: float, inference_pid_file: Path | No
 
 def _unretrieved_to(log: Path):
     """asyncio's handler for errors nobody awaited. Ctrl-C cancels every task at once; a gather of in-flight
-    requests then ends with a CancelledError nobody is left to retrieve: the expected shutdown, not an error
-    worth 80 lines of traceback. Anything else (a generation task that failed while the run was already
+    requests then ends with a CancelledError nobody is left to retrieve, and a second Ctrl-C during that
+    shutdown ends a task with KeyboardInterrupt: the expected stop, not an error worth a traceback. Anything else (a generation task that failed while the run was already
     stopping for another reason) belongs in the log file, not on the console."""
 
     def handle(loop: asyncio.AbstractEventLoop, context: dict) -> None:
         error = context.get("exception")
-        if isinstance(error, asyncio.CancelledError):
+        if isinstance(error, (asyncio.CancelledError, KeyboardInterrupt)):
             return
         if error is not None:
             log_traceback(log, error, about=f"asyncio: {context.get('message', '')}")
