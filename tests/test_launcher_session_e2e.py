@@ -107,7 +107,8 @@ def test_vf_rl_stop_ends_a_real_run_and_leaves_no_process(tmp_path, tiny_model, 
     t0 = time.time()
     stopped = vf_rl("stop", "test", "--tmux-socket", socket_name, cwd=cfg.parent)
     assert stopped.returncode == 0, stopped.stderr
-    assert "trainer exit code 130" in stopped.stdout, stopped.stdout
+    assert "trainer exit code 130" in stopped.stdout, \
+        stopped.stdout + (run_dir / "logs" / "trainer.log").read_text()[-4000:]
     # On a loaded 2-core machine vLLM's CPU worker sometimes outlives its engine after SIGTERM (seen in
     # clean-clone CI); stop's sweep must then name and kill it. Anything else left over is a failure.
     for line in stopped.stdout.splitlines():

@@ -174,6 +174,44 @@ def test_a_hung_sync_call_holds_up_no_other_call_nor_the_exit_of_the_process(tmp
     assert done.returncode == 0 and done.stdout == "next\n", done.stderr
 
 
+def test_a_thread_still_in_torch_at_exit_does_not_abort_the_process(tmp_path):
+    """A reward function (a reward model, say) still running torch when the trainer exits: a plain
+    interpreter shutdown aborts ("terminate called without an active exception", exit 134); exit_process
+    keeps the exit code the trainer chose."""
+    script = tmp_path / "torch_at_exit.py"
+    script.write_text(
+        "import asyncio, sys, torch\n"
+        "from vfrl.environments.daemon_pool import DaemonPool, exit_process\n"
+        "pool = DaemonPool('reward-model', size=2)\n"
+        "def score():\n"
+        "    while True:\n"
+        "        torch.randn(256, 256) @ torch.randn(256, 256)\n"
+        "async def main():\n"
+        "    for _ in range(2):\n"
+        "        asyncio.ensure_future(pool.run(score))\n"
+        "    await asyncio.sleep(0.5)\n"
+        "asyncio.run(main())\n"
+        "exit_process(130, grace=float(sys.argv[1]))\n")
+    done = subprocess.run([sys.executable, str(script), "0.2"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130, done.stderr
+
+
+def test_exit_process_waits_for_threads_about_to_finish(tmp_path):
+    script = tmp_path / "finishing.py"
+    script.write_text(
+        "import asyncio, atexit, time\n"
+        "from vfrl.environments.daemon_pool import DaemonPool, exit_process\n"
+        "atexit.register(lambda: print('atexit ran'))\n"
+        "pool = DaemonPool('t', size=1)\n"
+        "async def main():\n"
+        "    asyncio.ensure_future(pool.run(lambda: time.sleep(0.5)))\n"
+        "    await asyncio.sleep(0.1)\n"
+        "asyncio.run(main())\n"
+        "exit_process(3, grace=30)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3 and done.stdout == "atexit ran\n", done.stderr
+
+
 # ---- row 1: the per-rollout time limit ----
 
 def test_a_stalled_rollout_is_dropped_at_its_time_limit_and_its_group_goes_on():

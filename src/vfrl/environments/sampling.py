@@ -33,6 +33,8 @@ from typing import Any
 import httpx
 import openai
 
+from vfrl.inference.endpoints import server_root
+
 log = logging.getLogger(__name__)
 
 Messages = list[dict[str, Any]]
@@ -228,7 +230,7 @@ class TurnSampler:
         return ModelTurn(message, truncated=choice.finish_reason == "length")
 
     async def _tokenize(self, messages: Messages, add_generation_prompt: bool) -> list[int]:
-        root = str(self.client.base_url).rstrip("/").removesuffix("/v1")
+        root = server_root(self.client.base_url)
         body: dict[str, Any] = {"model": self.model, "messages": messages, "add_generation_prompt": add_generation_prompt}
         if self.tools:
             body["tools"] = self.tools

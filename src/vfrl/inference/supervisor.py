@@ -14,25 +14,10 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
+
+from vfrl.launcher.procs import group_members
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes of process group `pgid`, from /proc."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            text = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2:].split()  # state, ppid, pgrp, ...
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append(int(entry))
-    return out
 
 
 def _signal_group(pgid: int, sig: int) -> None:

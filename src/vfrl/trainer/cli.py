@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -27,16 +28,10 @@ def train(
         raise typer.BadParameter("usage: vf-train @ CONFIG")
     run_dir = config_path.resolve().parent
     try:  # from the first import on: a Ctrl-C during start-up is a stop like any other, not a traceback
-        from transformers.utils import logging as hf_logging
-
-        from vfrl.config import load_config
-        from vfrl.trainer.trainer import RLTrainer
-
-        hf_logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bar, every sync and checkpoint
-        cfg = load_config(config_path)
-        host = "127.0.0.1" if cfg.inference.host in ("0.0.0.0", "::") else cfg.inference.host
-        url = base_url or f"http://{host}:{cfg.inference.port}/v1"
-        RLTrainer(cfg, run_dir, url, os.environ.get(API_KEY_ENV, "EMPTY")).train()
+        try:
+            run(config_path, run_dir, base_url)
+        finally:  # on the way out: a late or second Ctrl-C must not raise inside an atexit hook (a traceback)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     except KeyboardInterrupt:  # Ctrl-C in the pane or `vf-rl stop`: adapters are written atomically, so whole
         print("vf-train: interrupted; the adapters in the run directory are complete", flush=True)
         raise typer.Exit(EXIT_INTERRUPTED)
@@ -50,5 +45,24 @@ def train(
         raise typer.Exit(EXIT_ERROR)
 
 
+def run(config_path: Path, run_dir: Path, base_url: str | None) -> None:
+    from transformers.utils import logging as hf_logging
+
+    from vfrl.config import load_config
+    from vfrl.trainer.trainer import RLTrainer
+
+    hf_logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bar, every sync and checkpoint
+    cfg = load_config(config_path)
+    host = "127.0.0.1" if cfg.inference.host in ("0.0.0.0", "::") else cfg.inference.host
+    url = base_url or f"http://{host}:{cfg.inference.port}/v1"
+    RLTrainer(cfg, run_dir, url, os.environ.get(API_KEY_ENV, "EMPTY")).train()
+
+
 def main() -> None:
-    app()
+    try:
+        app()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    from vfrl.environments.daemon_pool import exit_process
+
+    exit_process(code)  # a thread still in a reward function, a tool or a vLLM call must not abort the exit

@@ -62,8 +62,12 @@ def describe(error: BaseException) -> str:
 def resume_hint(checkpoint: Path) -> str:
     """`vf-rl @ cfg.toml ... --resume <checkpoint>`: the command that started the run, continuing it."""
     base = os.environ.get(RESUME_COMMAND_ENV)
+    return f"{base or 'vf-rl @ CONFIG'} --resume {shlex.quote(str(as_typed(checkpoint)))}"
+
+
+def as_typed(path: Path) -> Path:
+    """A path as the user can type it from where vf-rl was started (the panes' working directory)."""
     try:
-        shown = checkpoint.relative_to(Path.cwd())
+        return path.relative_to(Path.cwd())
     except ValueError:
-        shown = checkpoint
-    return f"{base or 'vf-rl @ CONFIG'} --resume {shlex.quote(str(shown))}"
+        return path

@@ -16,17 +16,12 @@ from pathlib import Path
 
 import httpx
 
+from vfrl.inference.endpoints import server_root
 from vfrl.launcher.procs import pid_alive
 
 
 class InferenceLost(RuntimeError):
     """The vLLM server exited or stopped answering; the message says which, in a few words."""
-
-
-def server_root(base_url: str) -> str:
-    """The server's own endpoints (/health, /pause, /v1/load_lora_adapter) hang off the root of the
-    OpenAI base URL (http://host:port/v1) that requests use."""
-    return base_url.rstrip("/").removesuffix("/v1")
 
 
 def server_pid(pid_file: Path | None) -> int | None:

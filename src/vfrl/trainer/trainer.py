@@ -24,6 +24,8 @@ import httpx
 import torch
 
 from vfrl.config import RLConfig
+from vfrl.environments.daemon_pool import DaemonPool
+from vfrl.inference.endpoints import server_root
 from vfrl.environments.loader import load_environment
 from vfrl.run_dir import RunDir, append_jsonl, set_aside_after
 from vfrl.trainer.advantages import reward_stats
@@ -36,16 +38,22 @@ from vfrl.trainer.checkpoint import (
 )
 from vfrl.trainer.console import TrainerConsole
 from vfrl.trainer.distributed import Ranks
-from vfrl.trainer.daemon_thread import in_daemon_thread
 from vfrl.trainer.evaluation import is_eval_step
 from vfrl.trainer.failure import (
-    EXIT_ERROR, EXIT_INFERENCE_LOST, TrainingStopped, describe, log_traceback, resume_hint,
+    EXIT_ERROR, EXIT_INFERENCE_LOST, TrainingStopped, as_typed, describe, log_traceback, resume_hint,
 )
-from vfrl.trainer.inference_watch import InferenceLost, inference_problem, server_root, watch_inference
+from vfrl.trainer.inference_watch import (
+    InferenceLost, inference_problem, process_gone, watch_inference,
+)
 from vfrl.trainer.mismatch import MismatchWatch
 from vfrl.trainer.orchestrator import Batch, Orchestrator
 from vfrl.trainer.wandb_sink import NoWandb, WandbSink
 from vfrl.trainer.weight_sync import AdapterSync, FullWeightSync, WeightSync
+
+
+# Calls that wait on the vLLM server (HTTP only): in threads the loop can stop waiting for once the run is
+# stopping, so a hung server never holds up a Ctrl-C (asyncio.to_thread's threads are joined at exit).
+SERVER_CALLS = DaemonPool("vllm-call", size=2)
 
 
 def wait_for_server(base_url: str, timeout: float, inference_pid_file: Path | None = None) -> float:
@@ -58,10 +66,8 @@ def wait_for_server(base_url: str, timeout: float, inference_pid_file: Path | No
                 return time.time() - t0
         except httpx.TransportError:
             pass
-        if inference_pid_file and inference_pid_file.exists():
-            pid = int(inference_pid_file.read_text())
-            if not Path(f"/proc/{pid}").exists():
-                raise InferenceLost(f"the vLLM server (pid {pid}) exited during start-up")
+        if gone := process_gone(inference_pid_file):
+            raise InferenceLost(f"{gone} during start-up")
         if time.time() - t0 > timeout:
             raise InferenceLost(f"vLLM did not answer {root}/health within {timeout:.0f}s of starting")
         time.sleep(1)
@@ -225,16 +231,16 @@ class RLTrainer:
         lost = str(error) if isinstance(error, InferenceLost) else inference_problem(self.base_url,
                                                                                     self.inference_pid_file)
         if lost:
-            cause = f"{lost} (see {self.shown(RunDir(self.run_dir).log('inference'))})"
+            cause = f"{lost} (see {as_typed(RunDir(self.run_dir).log('inference'))})"
         else:
-            cause = f"{describe(error)} (traceback in {self.shown(self.log_file)})"
+            cause = f"{describe(error)} (traceback in {as_typed(self.log_file)})"
         return TrainingStopped(EXIT_INFERENCE_LOST if lost else EXIT_ERROR, f"vf-train: {cause}. {self.keep_trained()}")
 
     def keep_trained(self) -> str:
         """Write an emergency checkpoint of the steps done unless one exists; a sentence on what was kept."""
         latest = latest_checkpoint(self.checkpoints_dir)
         if self.in_step:  # the step failed halfway: its weights are neither the old nor the new policy
-            return ("The failing step's state is not saved" + (f"; the newest checkpoint is {self.shown(latest)}, "
+            return ("The failing step's state is not saved" + (f"; the newest checkpoint is {as_typed(latest)}, "
                     f"continue with: {resume_hint(latest)}" if latest else "; no checkpoint exists"))
         if self.steps_done == 0:
             return "No step was trained, nothing to keep."
@@ -246,16 +252,8 @@ class RLTrainer:
             except Exception as e:  # e.g. the disk is full: the older checkpoints are whole (written atomically)
                 log_traceback(self.log_file, e)
                 return (f"The emergency checkpoint could not be written ({e})"
-                        + (f"; the newest checkpoint is {self.shown(latest)}" if latest else ""))
-        return f"Training up to step {self.steps_done} is saved in {self.shown(path)}; continue with: {resume_hint(path)}"
-
-    @staticmethod
-    def shown(path: Path) -> Path:
-        """A path as the user can type it from where vf-rl was started (the panes' working directory)."""
-        try:
-            return path.relative_to(Path.cwd())
-        except ValueError:
-            return path
+                        + (f"; the newest checkpoint is {as_typed(latest)}" if latest else ""))
+        return f"Training up to step {self.steps_done} is saved in {as_typed(path)}; continue with: {resume_hint(path)}"
 
     # ---- one training step on one batch (runs in a worker thread); the math: batch.py, loss.py, normalization.py ----
     def train_step(self, batch: Batch) -> dict[str, float]:
@@ -370,7 +368,7 @@ class RLTrainer:
         """The loop, with the vLLM server watched beside it (inference_watch.py): a server that dies or
         hangs stops the loop within seconds instead of at the next failed request or generation_timeout."""
         # a daemon thread: a Ctrl-C or `vf-rl stop` during vLLM's start-up must not wait for vLLM to come up
-        waited = await in_daemon_thread(wait_for_server, self.base_url, 900, self.inference_pid_file)
+        waited = await SERVER_CALLS.run(lambda: wait_for_server(self.base_url, 900, self.inference_pid_file))
         self.console.info(f"vLLM is up (waited {waited:.1f}s)")
         loop = asyncio.create_task(self._train())
         watch = asyncio.create_task(watch_inference(self.base_url, self.inference_pid_file, self.args.inference_timeout))
@@ -384,6 +382,15 @@ class RLTrainer:
         with contextlib.suppress(asyncio.CancelledError):
             await watch
         loop.result()
+
+    async def push(self, model, version: int) -> tuple[str, float]:
+        """Make vLLM serve policy `version`. The save (torch) runs in a thread the loop joins: a thread left
+        inside torch at interpreter exit aborts the process (exit 134 instead of a clean stop). The load
+        (HTTP) runs in one it can abandon to a hung server."""
+        t0 = time.perf_counter()
+        path = await asyncio.to_thread(self.sync.save, model, version)
+        name = await SERVER_CALLS.run(lambda: self.sync.load(path, version))
+        return name, time.perf_counter() - t0
 
     def _follow(self) -> None:
         """Ranks > 0: rank 0's loop without vLLM and without writing: receive the batch, train, wait for the sync.
@@ -406,7 +413,7 @@ class RLTrainer:
         orch = Orchestrator(self.env, client, a)
         model = self.accelerator.unwrap_model(self.model)
         version = self.start_step  # policy version == optimizer steps done; 0 is the base model
-        model_name, _ = await in_daemon_thread(self.sync.push, model, version)  # resumed: the checkpoint's
+        model_name, _ = await self.push(model, version)  # resumed: the checkpoint's
         if self.pending_batch is not None:  # resumed: the batch the uninterrupted run trained next
             next_batch = asyncio.get_running_loop().create_future()
             next_batch.set_result(self.pending_batch)
@@ -438,7 +445,7 @@ class RLTrainer:
                 t_drain = time.time()
                 await asyncio.wait([next_batch])  # full weights: batch step+1 ends on the policy it started on
                 wait_s += time.time() - t_drain  # idle on generation, like waiting for the batch
-            model_name, sync_s = await in_daemon_thread(self.sync.push, model, version)
+            model_name, sync_s = await self.push(model, version)
             if self.ranks.active:  # no rank starts step+1 before policy step+1 is served
                 await asyncio.to_thread(self.ranks.barrier)
             if is_eval_step(a, version):

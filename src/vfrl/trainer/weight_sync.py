@@ -18,7 +18,7 @@ from typing import ClassVar
 import httpx
 
 from vfrl.run_dir import atomic_directory
-from vfrl.trainer.inference_watch import server_root
+from vfrl.inference.endpoints import server_root
 
 
 class WeightSync(ABC):
@@ -33,8 +33,19 @@ class WeightSync(ABC):
                                  timeout=timeout)
 
     @abstractmethod
+    def save(self, model, version: int) -> Path:
+        """Write policy `version` (the trainer's `model`) where vLLM can read it. Torch only, no server call."""
+
+    @abstractmethod
+    def load(self, path: Path, version: int) -> str:
+        """Make vLLM serve what `save` wrote. HTTP only, no torch: the trainer runs it in a thread it can
+        abandon when the server hangs, and a thread abandoned inside torch aborts the interpreter at exit."""
+
     def push(self, model, version: int) -> tuple[str, float]:
-        """Make vLLM serve policy `version` (the trainer's `model`). Returns (the model name to request, seconds)."""
+        """save + load. Returns (the model name to request, seconds)."""
+        t0 = time.perf_counter()
+        name = self.load(self.save(model, version), version)
+        return name, time.perf_counter() - t0
 
     def served_models(self) -> list[str]:
         return [m["id"] for m in self.http.get("/v1/models").json()["data"]]
@@ -60,10 +71,8 @@ class AdapterSync(WeightSync):
             model.save_pretrained(tmp)
         return final
 
-    def push(self, model, version: int) -> tuple[str, float]:
-        """Save + load version `version`; unload versions older than the last `keep`."""
-        t0 = time.perf_counter()
-        path = self.save(model, version)
+    def load(self, path: Path, version: int) -> str:
+        """Load version `version`; unload versions older than the last `keep`."""
         name = self.name(version)
         r = self.http.post("/v1/load_lora_adapter", json={"lora_name": name, "lora_path": str(path.resolve())})
         if r.status_code != 200:
@@ -73,7 +82,7 @@ class AdapterSync(WeightSync):
             old = self.loaded.pop(0)
             self.http.post("/v1/unload_lora_adapter", json={"lora_name": old})
             shutil.rmtree(self.adapters_dir / old, ignore_errors=True)
-        return name, time.perf_counter() - t0
+        return name
 
 
 class FullWeightSync(WeightSync):
@@ -104,9 +113,11 @@ class FullWeightSync(WeightSync):
         self.last: dict = {}  # timings and what the workers reported for the latest push
 
     def save(self, model, version: int) -> Path:
+        t0 = time.perf_counter()
         final = self.weights_dir / f"step-{version}"
         with atomic_directory(final) as tmp:
             model.save_pretrained(tmp, safe_serialization=True)
+        self.last = {"save_s": time.perf_counter() - t0}
         return final
 
     def _post(self, path: str, **kw) -> httpx.Response:
@@ -116,10 +127,8 @@ class FullWeightSync(WeightSync):
                                + (" (was vf-vllm started with use_lora = false?)" if r.status_code == 404 else ""))
         return r
 
-    def push(self, model, version: int) -> tuple[str, float]:
-        """Save + reload version `version`; the served name stays the same."""
-        t0 = time.perf_counter()
-        path = self.save(model, version)
+    def load(self, path: Path, version: int) -> str:
+        """Reload the weights `save` wrote for version `version`; the served name stays the same."""
         t_saved = time.perf_counter()
         self._post("/pause", params={"mode": "wait", "clear_cache": "false"})
         try:
@@ -135,10 +144,9 @@ class FullWeightSync(WeightSync):
         self.saved.append(path)
         while len(self.saved) > self.keep:
             shutil.rmtree(self.saved.pop(0), ignore_errors=True)
-        done = time.perf_counter()
-        self.last = {"save_s": t_saved - t0, "reload_s": done - t_saved, "load_s": workers[0]["load_s"],
-                     "repack_s": workers[0]["repack_s"], "repacked": workers[0]["repacked"]}
-        return self.served_name, done - t0
+        self.last |= {"reload_s": time.perf_counter() - t_saved, "load_s": workers[0]["load_s"],
+                      "repack_s": workers[0]["repack_s"], "repacked": workers[0]["repacked"]}
+        return self.served_name
 
     def loaded_version(self) -> int:
         """The version the vLLM workers report as loaded (-1 before the first push)."""

@@ -1,0 +1,7 @@
+"""Where the vLLM server's own endpoints are, given the OpenAI base URL that requests use."""
+
+
+def server_root(base_url: str) -> str:
+    """The server's own endpoints (/health, /tokenize, /pause, /v1/load_lora_adapter) hang off the root of
+    the OpenAI base URL (http://host:port/v1)."""
+    return str(base_url).rstrip("/").removesuffix("/v1")
