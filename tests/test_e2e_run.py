@@ -1,16 +1,26 @@
-"""The real thing: `vf-rl @ config` with real tmux, the real vLLM CPU server and real peft LoRA."""
+"""The real thing: `vf-rl @ config` with real tmux, the real vLLM CPU server and real peft LoRA.
+
+One run of 4 steps serves every test here: eval at steps 0, 2 and 4, wandb offline, completions
+printed every 2 steps, started from a tmux server that was started without WANDB_MODE (issue 9)."""
 
 import json
 import os
 import subprocess
 import time
+import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import tomli_w
 
 from conftest import BIN, write_config
-from vfrl.launcher.plot import read_metrics as metrics
+from vfrl.launcher.plot import read_metrics
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    """The training steps' lines of metrics.jsonl (eval lines left out)."""
+    return [m for m in read_metrics(run_dir) if "loss" in m]
 
 pytestmark = pytest.mark.e2e
 
@@ -47,10 +57,21 @@ def finished_run(tmp_path_factory, tiny_model):
     tmp = tmp_path_factory.mktemp("run")
     socket_name = f"vfrl-e2e-{tmp.name}"
     # wandb offline: its run files are among those that must not hold the API key
-    cfg = write_config(tmp / "cfg.toml", tiny_model, port=0, output_dir=tmp / "outputs", max_steps=4, report_to="wandb")
+    cfg = write_config(tmp / "cfg.toml", tiny_model, port=0, output_dir=tmp / "outputs", max_steps=4, batch_size=8,
+                       rollouts_per_example=4, max_tokens=8, eval_strategy="steps", eval_steps=2, num_eval_examples=6,
+                       report_to="wandb", log_completions=True, logging_steps=2, num_completions_to_print=2)
+    # a token budget of one max_model_len: 14 concurrent seeded prompts would need chunked prefills,
+    # which crash the CPU build with seeded requests unless vf-vllm turns chunking off (it does)
+    data = tomllib.loads(cfg.read_text())
+    data["inference"]["args"]["max_num_batched_tokens"] = data["inference"]["args"]["max_model_len"]
+    cfg.write_text(tomli_w.dumps(data))
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     run_dir = tmp / "outputs" / "test"
     argv = [str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", socket_name]
+    # issue 9: a tmux server already running without WANDB_MODE (tmux gives new sessions its server's
+    # environment); the trainer pane must still see the variables vf-rl was started with
+    without = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    subprocess.run(["tmux", "-L", socket_name, "new-session", "-d", "-s", "other", "sleep 900"], env=without, check=True)
     try:
         # output to files, not pipes: nobody reads a pipe while the watch runs, and a full one would stall vf-rl
         with open(tmp / "vf-rl.out", "w+") as out, open(tmp / "vf-rl.err", "w+") as err:
@@ -105,8 +126,8 @@ def test_run_leaves_no_process_and_no_session(finished_run):
     assert not Path(f"/proc/{pid}").exists(), "vLLM server still running"
     left = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True).stdout.split()
     assert left == [], f"processes still running for the run: {left}"
-    sessions = subprocess.run(["tmux", "-L", socket_name, "ls"], capture_output=True, text=True)
-    assert sessions.returncode != 0  # no server, no session
+    sessions = subprocess.run(["tmux", "-L", socket_name, "ls", "-F", "#{session_name}"], capture_output=True, text=True)
+    assert sessions.stdout.split() == ["other"]  # the run's session is gone, the user's own is left alone
     assert not (run_dir / ".api_key").exists()
 
 
@@ -122,3 +143,36 @@ def test_api_key_never_in_argv_logs_config_metrics_rollouts_or_wandb(finished_ru
     assert any("wandb" in p.relative_to(run_dir).parts for p in files), "no wandb files to check"
     assert [p for p in files if key in p.read_bytes()] == []
     assert key.decode() not in proc.stdout + proc.stderr
+
+
+def test_eval_reward_logged_at_start_every_eval_steps_and_end(finished_run):
+    proc, run_dir, *_ = finished_run
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    m = read_metrics(run_dir)
+    evals = [r for r in m if "eval/reward_mean" in r]
+    assert [r["step"] for r in evals] == [0, 2, 4]
+    assert all(0.0 <= r["eval/reward_mean"] <= 1.0 and r["eval/num_rollouts"] == 6 for r in evals)
+    assert [r["step"] for r in m if "loss" in r] == [1, 2, 3, 4]
+    for step in (0, 2, 4):  # sampled by the policy of that step, on the environment's eval split
+        rs = [json.loads(line) for line in (run_dir / "rollouts" / f"eval_step_{step}.jsonl").read_text().splitlines()]
+        assert {r["policy"] for r in rs} == {f"policy-{step}"}
+        assert [r["example_id"] for r in rs] == list(range(6))
+    assert "eval @ step 0 | reward_mean" in proc.stdout and "eval @ step 4" in proc.stdout
+
+
+def test_console_progress_and_completions_in_the_streamed_log(finished_run):
+    out = finished_run[0].stdout
+    assert "\x1b[" not in out
+    for step in (1, 2, 3, 4):
+        assert f"step {step}/4 | reward" in out and "tok/s" in out and " gen " in out and " sync " in out
+    assert "step 2: sample completions" in out and "step 1: sample completions" not in out  # logging_steps = 2
+
+
+def test_wandb_offline_run_files_under_run_dir(finished_run):
+    _, run_dir, *_ = finished_run
+    runs = list((run_dir / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1, list((run_dir / "wandb").iterdir()) if (run_dir / "wandb").exists() else "no wandb dir"
+    data = list(runs[0].glob("run-*.wandb"))
+    assert data and data[0].stat().st_size > 1000
+    blob = data[0].read_bytes()
+    assert b"eval/reward_mean" in blob and b"reward_mean" in blob and b"completions" in blob

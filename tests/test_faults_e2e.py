@@ -90,35 +90,39 @@ def assert_lost_server_handled(tmp: Path, run_dir: Path, socket_name: str, cause
     return line
 
 
-def test_vllm_killed_mid_run_keeps_the_training_and_resume_continues(tmp_path, tiny_model, socket_name):
-    cfg, run_dir = start_run(tmp_path, tiny_model, socket_name)
-    while len(read_metrics(run_dir)) < 2:
+def stop_the_server(run_dir: Path, sig: str) -> set:
+    """Once two steps are logged, send `sig` to vLLM's server and everything it started; returns those processes."""
+    logged = len(read_metrics(run_dir)) if (run_dir / "metrics.jsonl").exists() else 0
+    while len(read_metrics(run_dir)) < logged + 2:
         time.sleep(0.2)
     server = vllm_server_pid(run_dir)
     engine = procs.pane_processes([server])  # the server, its engine core and whatever that started
     assert len(engine) >= 2
-    subprocess.run(["kill", "-9", str(server)], check=True)
-    line = assert_lost_server_handled(tmp_path, run_dir, socket_name, "exited", detected_in=60)
+    for pid in [p.pid for p in engine] if sig == "STOP" else [server]:  # hung: the whole server; killed: its API process
+        subprocess.run(["kill", f"-{sig}", str(pid)])
+    return engine
+
+
+def test_vllm_hung_then_killed_mid_run_keeps_the_training_and_resume_continues(tmp_path, tiny_model, socket_name):
+    """One run, two faults (one vLLM start-up saved): the server hangs (SIGSTOP of all its processes) and is
+    given up on after inference_timeout; the printed command resumes the run, whose server is then killed (-9)."""
+    cfg, run_dir = start_run(tmp_path, tiny_model, socket_name, "--trainer.args.inference_timeout", "10")
+    engine = stop_the_server(run_dir, "STOP")
+    line = assert_lost_server_handled(tmp_path, run_dir, socket_name, "has not answered", detected_in=90)
     assert not procs.alive(engine)
-    # the printed command continues the run (bounded here by one more override)
+
+    # the printed command continues the run
     done = step_of(latest_checkpoint(run_dir / "checkpoints"))
     subprocess.run([VF_RL, "stop", "test", "--tmux-socket", socket_name], capture_output=True, check=True)
     command = shlex.split(line[line.index("continue with: ") + len("continue with: "):])
-    assert command[:3] == ["vf-rl", "@", str(cfg)]
-    resumed = subprocess.run([VF_RL, *command[1:], "--trainer.args.max_steps", str(done + 2), "--no-attach"],
-                             capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert command[:3] == ["vf-rl", "@", str(cfg)] and "--trainer.args.inference_timeout" in command
+    resumed = subprocess.run([VF_RL, *command[1:], "--detach"], capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-2000:]
-    steps = [m["step"] for m in read_metrics(run_dir) if "loss" in m]
-    assert steps[-2:] == [done + 1, done + 2], steps
 
-
-def test_vllm_hung_mid_run_is_lost_after_inference_timeout(tmp_path, tiny_model, socket_name):
-    _, run_dir = start_run(tmp_path, tiny_model, socket_name, "--trainer.args.inference_timeout", "10")
-    while len(read_metrics(run_dir)) < 2:
-        time.sleep(0.2)
-    server = vllm_server_pid(run_dir)
-    engine = procs.pane_processes([server])
-    for p in engine:  # the whole server hangs: API process, engine core, workers
-        subprocess.run(["kill", "-STOP", str(p.pid)])
-    assert_lost_server_handled(tmp_path, run_dir, socket_name, "has not answered", detected_in=90)
+    engine = stop_the_server(run_dir, "9")
+    assert_lost_server_handled(tmp_path, run_dir, socket_name, "exited", detected_in=60)
     assert not procs.alive(engine)
+    steps = [m["step"] for m in read_metrics(run_dir) if "loss" in m]
+    # the resumed run went on from the checkpoint (a step trained just before the fault is in the checkpoint
+    # though its metrics line was not written yet)
+    assert steps == sorted(set(steps)) and [s for s in steps if s > done][:2] == [done + 1, done + 2], (done, steps)

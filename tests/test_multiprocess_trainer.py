@@ -3,6 +3,8 @@
 - one train_step with 2 processes gives the 1-process gradient, loss and metrics on the same batch;
 - a checkpoint written by 2 processes restores the weights and each rank's own RNG state;
 - `vf-rl` with trainer.processes = 2: one orchestrator, one adapter push per step, one metrics line per step.
+  (Resuming such a run is the checkpoint test above plus test_checkpoint_resume.py's exact-loss resume;
+  a second real run to show it again cost a minute of every test run.)
 """
 
 import json
@@ -130,9 +132,8 @@ def test_vf_rl_with_two_cpu_trainer_processes(tmp_path, tiny_model):
         proc = subprocess.run(vf_rl, capture_output=True, text=True, timeout=600, cwd=tmp_path)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         first = [r for r in read_metrics(run_dir) if "loss" in r]
-        trainer_log = (run_dir / "logs" / "trainer.log").read_text()  # both logs grow on resume
+        trainer_log = (run_dir / "logs" / "trainer.log").read_text()
         server_log = (run_dir / "logs" / "inference.log").read_text()
-        resumed = subprocess.run([*vf_rl, "--resume", "2"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     finally:
         subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True)
     assert (run_dir / "trainer.exitcode").read_text().strip() == "0"
@@ -147,12 +148,7 @@ def test_vf_rl_with_two_cpu_trainer_processes(tmp_path, tiny_model):
     rollouts = [json.loads(line) for line in (run_dir / "rollouts" / "step_3.jsonl").read_text().splitlines()]
     assert len(rollouts) == 8
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step-2", "step-3"]
-    # resume from step 2 with 2 processes: step 3 trains the checkpoint's pending batch on the restored weights
-    # and optimizer state on both ranks, with the same shards and the same 2-term gloo sums: the very same loss
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    again = [r for r in read_metrics(run_dir) if "loss" in r]
-    assert [r["step"] for r in again] == [1, 2, 3] and again[2].get("resumed_from") == 2
-    assert (again[2]["loss"], again[2]["grad_norm"]) == (first[2]["loss"], first[2]["grad_norm"])
+    assert (run_dir / "checkpoints" / "step-2" / "pending_batch.json").exists()
     left = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True).stdout.split()
     assert left == [], f"processes still running for the run (a trainer rank?): {left}"
 

@@ -1,24 +1,16 @@
-"""After an adapter sync, vLLM's logprobs of the tokens it sampled equal the trainer's (fp32, CPU)."""
+"""After an adapter sync, vLLM's logprobs of the tokens it sampled equal the trainer's (fp32, CPU).
+
+Runs on the session's shared vf-vllm (conftest.py): the adapters it loads are named policy-N, which no
+other test asks for."""
 
 import asyncio
 
 import pytest
 import torch
 
-from conftest import free_port, max_logprob_gap, vf_vllm, write_config
+from conftest import max_logprob_gap
 
 pytestmark = pytest.mark.e2e
-
-API_KEY = "test-key"
-
-
-@pytest.fixture(scope="module")
-def vllm_server(tmp_path_factory, tiny_model):
-    tmp = tmp_path_factory.mktemp("server")
-    port = free_port()
-    cfg = write_config(tmp / "config.toml", tiny_model, port=port, output_dir=tmp)
-    with vf_vllm(cfg, port, API_KEY, tmp / "server.log") as base_url:
-        yield base_url, tmp
 
 
 def trained_like_adapter(model_dir, seed: int):
@@ -36,16 +28,16 @@ def trained_like_adapter(model_dir, seed: int):
     return model.eval()
 
 
-def test_vllm_logprobs_match_trainer_after_sync(vllm_server, tiny_model):
+def test_vllm_logprobs_match_trainer_after_sync(shared_vllm_server, tiny_model, tmp_path):
     from openai import AsyncOpenAI
 
     from vfrl import load_environment
     from vfrl.trainer.weight_sync import AdapterSync
 
-    base_url, tmp = vllm_server
+    base_url, api_key = shared_vllm_server.base_url, shared_vllm_server.api_key
     env = load_environment("reverse-text")
-    sync = AdapterSync(base_url, API_KEY, tmp / "adapters")
-    (tmp / "adapters").mkdir(exist_ok=True)
+    sync = AdapterSync(base_url, api_key, tmp_path / "adapters")
+    (tmp_path / "adapters").mkdir()
     base_logprobs = None
     for version in (1, 2):  # a second sync must replace the first, not be served stale
         model = trained_like_adapter(tiny_model, seed=version)
@@ -53,7 +45,7 @@ def test_vllm_logprobs_match_trainer_after_sync(vllm_server, tiny_model):
         assert name in sync.served_models()
 
         async def sample():
-            client = AsyncOpenAI(base_url=base_url, api_key=API_KEY)
+            client = AsyncOpenAI(base_url=base_url, api_key=api_key)
             return await asyncio.gather(*(
                 env.rollout(client, name, env.dataset[i], i, {"temperature": 1.0, "max_tokens": 12, "seed": i})
                 for i in range(8)
