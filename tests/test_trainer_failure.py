@@ -41,7 +41,7 @@ def trainer(tmp_path, tiny_model, monkeypatch):
     t = SimpleNamespace(model=model, optimizer=opt, scheduler=sched, accelerator=SimpleNamespace(unwrap_model=lambda m: m),
                         checkpoints_dir=run_dir / "checkpoints", run_dir=run_dir, log_file=run_dir / "logs" / "trainer.log",
                         steps_done=0, in_step=False, base_url="http://127.0.0.1:9/v1",
-                        inference_pid_file=run_dir / "inference.pid", shown=RLTrainer.shown, training_state=state)
+                        inference_pid_file=run_dir / "inference.pid", training_state=state)
     t.keep_trained = lambda: RLTrainer.keep_trained(t)
     return t
 
