@@ -16,8 +16,6 @@ import contextlib
 import json
 import os
 import time
-import warnings
-from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -47,8 +45,9 @@ from vfrl.trainer.inference_watch import (
 )
 from vfrl.trainer.mismatch import MismatchWatch
 from vfrl.trainer.orchestrator import Batch, Orchestrator
+from vfrl.trainer.policy import load_policy, make_accelerator, prepare_training
 from vfrl.trainer.wandb_sink import NoWandb, WandbSink
-from vfrl.trainer.weight_sync import AdapterSync, FullWeightSync, WeightSync
+from vfrl.trainer.weight_sync import WeightSync, weight_sync_for
 
 
 # Calls that wait on the vLLM server (HTTP only): in threads the loop can stop waiting for once the run is
@@ -94,9 +93,7 @@ def _unretrieved_to(log: Path):
 
 class RLTrainer:
     def __init__(self, config: RLConfig, run_dir: Path, base_url: str, api_key: str):
-        from accelerate import Accelerator
-        from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, InitProcessGroupKwargs
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         self.cfg = config
         self.args = config.args
@@ -104,62 +101,24 @@ class RLTrainer:
         self.base_url = base_url
         self.api_key = api_key
         torch.manual_seed(self.args.seed)
-        self.accelerator = Accelerator(
-            mixed_precision="bf16" if self.args.bf16 else "no",
-            # split_batches: the ranks split one batch, so the LR schedule steps once per batch (accelerate's
-            # default steps the prepared scheduler once per process, as if each rank had its own batch)
-            dataloader_config=DataLoaderConfiguration(split_batches=True),
-            kwargs_handlers=[
-                # ranks > 0 sit in a collective while rank 0 waits for vLLM, generates, evaluates or saves; a
-                # crashed rank ends the others through the launcher (torchrun stops the group), not this timeout
-                InitProcessGroupKwargs(timeout=timedelta(hours=3)),
-                # no buffer broadcast in forward: the buffers (rotary frequencies) are equal on every rank, and a
-                # forward skipped on one rank (a micro-batch without loss tokens) must not shift the collectives
-                DistributedDataParallelKwargs(broadcast_buffers=False),
-            ],
-        )
+        # ---- the policy on this process (policy.py, distributed.py) ----
+        self.accelerator = make_accelerator(self.args)
         self.ranks = Ranks(self.accelerator.device)
         micro_batches = -(-self.args.batch_size // self.args.micro_batch_size)
         if micro_batches % self.ranks.world_size:
             raise ValueError(f"trainer.args.batch_size / micro_batch_size = {micro_batches} micro-batches cannot be "
                              f"shared by {self.ranks.world_size} trainer processes; make it a multiple")
         self.tokenizer = AutoTokenizer.from_pretrained(config.model)
-        dtype = torch.bfloat16 if self.args.bf16 else torch.float32
-        model = AutoModelForCausalLM.from_pretrained(config.model, dtype=dtype)
-        if self.args.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
-        if self.args.use_lora:
-            from peft import LoraConfig, get_peft_model
-
-            lora = LoraConfig(
-                r=self.args.lora_rank, lora_alpha=self.args.lora_alpha, lora_dropout=self.args.lora_dropout,
-                target_modules=self.args.lora_target_modules, modules_to_save=self.args.lora_modules_to_save,
-                use_rslora=self.args.lora_use_rslora, task_type="CAUSAL_LM",
-            )
-            model = get_peft_model(model, lora)
-        # else: full fine-tuning, every parameter trains and FullWeightSync reloads them all into vLLM
-        params = [p for p in model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=self.args.learning_rate, weight_decay=self.args.weight_decay)
-        from transformers import get_scheduler
-
-        scheduler = get_scheduler(self.args.lr_scheduler_type, optimizer, num_warmup_steps=self.args.warmup_steps,
-                                  num_training_steps=self.args.max_steps)
-        with warnings.catch_warnings():  # torch renamed broadcast_buffers; accelerate passes the old name
-            warnings.filterwarnings("ignore", message="`broadcast_buffers` is deprecated", category=FutureWarning)
-            self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
+        self.model, self.optimizer, self.scheduler = prepare_training(self.accelerator, load_policy(config), self.args)
         # the KL penalty's reference policy (beta > 0): see reference.py
         self.reference = ReferencePolicy(self.model, config.model, self.args.use_lora) if self.args.beta > 0 else None
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        # ---- what it trains on, and where it pushes each version (weight_sync.py) ----
         self.env = load_environment(config.env.id, **config.env.args)
         paths = RunDir(run_dir)
         if self.ranks.is_main:
             paths.rollouts.mkdir(parents=True, exist_ok=True)
-        if self.args.use_lora:
-            paths.adapters.mkdir(parents=True, exist_ok=True)
-            self.sync: WeightSync = AdapterSync(base_url, api_key, paths.adapters)
-        else:
-            paths.weights.mkdir(parents=True, exist_ok=True)
-            self.sync = FullWeightSync(base_url, api_key, paths.weights, served_name=config.model)
+        self.sync: WeightSync = weight_sync_for(config, paths, base_url, api_key)
         # ---- checkpoints, resume, monitoring (see checkpoint.py, console.py, mismatch.py, wandb_sink.py) ----
         self.metrics_path = paths.metrics
         self.console = TrainerConsole()
@@ -450,25 +409,29 @@ class RLTrainer:
                 await asyncio.to_thread(self.ranks.barrier)
             if is_eval_step(a, version):
                 evaluation = self.start_eval(orch, model_name, version)
-            record = {
-                "step": step + 1, "max_steps": a.max_steps, **stats,
-                "policy_version": batch.policy_version, "trained_version": step, "adapter_loaded": model_name,
-                "gen_start": batch.gen_start, "gen_end": batch.gen_end,
-                "train_start": train_start, "train_end": train_end,
-                "generate_s": batch.gen_end - batch.gen_start, "wait_s": wait_s,
-                "train_s": train_end - train_start, "sync_s": sync_s, "save_s": save_s,
-                "tokens_per_s": sum(len(r.prompt_ids) + len(r.completion_ids) for r in batch.rollouts)
-                / max(train_end - train_start, 1e-9),
-                "step_s": time.time() - t_step,
-            }
-            if step == self.start_step and self.start_step > 0:
-                record["resumed_from"] = self.start_step
-            self.log(step + 1, record, batch)
+            times = {"train_start": train_start, "train_end": train_end, "wait_s": wait_s, "sync_s": sync_s,
+                     "save_s": save_s, "step_s": time.time() - t_step}
+            self.log(step + 1, self.step_record(step, batch, stats, model_name, times), batch)
         if evaluation is not None:
             await self.finish_eval(evaluation)
         if a.save_strategy == "steps" and a.max_steps > self.start_step:
             await asyncio.to_thread(self.save, a.max_steps, None)
         self.wandb.finish()
+
+    def step_record(self, step: int, batch: Batch, stats: dict, model_name: str, times: dict) -> dict:
+        """metrics.jsonl's line for training step `step` (0-based): the step's stats, which policy sampled the
+        batch and which trained on it, and where the time went."""
+        train_s = times["train_end"] - times["train_start"]
+        record = {
+            "step": step + 1, "max_steps": self.args.max_steps, **stats,
+            "policy_version": batch.policy_version, "trained_version": step, "adapter_loaded": model_name,
+            "gen_start": batch.gen_start, "gen_end": batch.gen_end, "generate_s": batch.gen_end - batch.gen_start,
+            "train_s": train_s, **times,
+            "tokens_per_s": sum(len(r.prompt_ids) + len(r.completion_ids) for r in batch.rollouts) / max(train_s, 1e-9),
+        }
+        if step == self.start_step and self.start_step > 0:
+            record["resumed_from"] = self.start_step
+        return record
 
     # ---- eval during training (evaluation.py) ----
     def start_eval(self, orch: Orchestrator, model_name: str, version: int) -> tuple[int, asyncio.Task]:

@@ -17,7 +17,8 @@ from typing import ClassVar
 
 import httpx
 
-from vfrl.run_dir import atomic_directory
+from vfrl.config import RLConfig
+from vfrl.run_dir import RunDir, atomic_directory
 from vfrl.inference.endpoints import server_root
 
 
@@ -151,3 +152,12 @@ class FullWeightSync(WeightSync):
     def loaded_version(self) -> int:
         """The version the vLLM workers report as loaded (-1 before the first push)."""
         return int(self._post("/collective_rpc", json={"method": "vfrl_loaded_version"}).json()["results"][0])
+
+
+def weight_sync_for(config: RLConfig, paths: RunDir, base_url: str, api_key: str) -> WeightSync:
+    """The run's sync: adapters under <run_dir>/adapters (use_lora), else full weights under <run_dir>/weights."""
+    if config.args.use_lora:
+        paths.adapters.mkdir(parents=True, exist_ok=True)
+        return AdapterSync(base_url, api_key, paths.adapters)
+    paths.weights.mkdir(parents=True, exist_ok=True)
+    return FullWeightSync(base_url, api_key, paths.weights, served_name=config.model)

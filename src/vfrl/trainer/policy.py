@@ -1,0 +1,63 @@
+"""The policy being trained: the model (with its LoRA adapter, or every weight), its optimizer and LR
+schedule, and the accelerate wrapper that spreads them over the trainer processes."""
+
+from __future__ import annotations
+
+import warnings
+from datetime import timedelta
+
+import torch
+
+from vfrl.config import RLConfig, TrainerArgs
+
+
+def make_accelerator(args: TrainerArgs):
+    from accelerate import Accelerator
+    from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, InitProcessGroupKwargs
+
+    return Accelerator(
+        mixed_precision="bf16" if args.bf16 else "no",
+        # split_batches: the ranks split one batch, so the LR schedule steps once per batch (accelerate's
+        # default steps the prepared scheduler once per process, as if each rank had its own batch)
+        dataloader_config=DataLoaderConfiguration(split_batches=True),
+        kwargs_handlers=[
+            # ranks > 0 sit in a collective while rank 0 waits for vLLM, generates, evaluates or saves; a
+            # crashed rank ends the others through the launcher (torchrun stops the group), not this timeout
+            InitProcessGroupKwargs(timeout=timedelta(hours=3)),
+            # no buffer broadcast in forward: the buffers (rotary frequencies) are equal on every rank, and a
+            # forward skipped on one rank (a micro-batch without loss tokens) must not shift the collectives
+            DistributedDataParallelKwargs(broadcast_buffers=False),
+        ],
+    )
+
+
+def load_policy(config: RLConfig) -> torch.nn.Module:
+    """The base model, wrapped in a fresh LoRA adapter when use_lora (else every parameter trains)."""
+    from transformers import AutoModelForCausalLM
+
+    args = config.args
+    model = AutoModelForCausalLM.from_pretrained(config.model, dtype=torch.bfloat16 if args.bf16 else torch.float32)
+    if args.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    if not args.use_lora:
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(model, LoraConfig(
+        r=args.lora_rank, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
+        target_modules=args.lora_target_modules, modules_to_save=args.lora_modules_to_save,
+        use_rslora=args.lora_use_rslora, task_type="CAUSAL_LM",
+    ))
+
+
+def prepare_training(accelerator, model: torch.nn.Module, args: TrainerArgs):
+    """(model, optimizer, scheduler), prepared by accelerate: AdamW over the trainable parameters."""
+    from transformers import get_scheduler
+
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.learning_rate,
+                                  weight_decay=args.weight_decay)
+    scheduler = get_scheduler(args.lr_scheduler_type, optimizer, num_warmup_steps=args.warmup_steps,
+                              num_training_steps=args.max_steps)
+    with warnings.catch_warnings():  # torch renamed broadcast_buffers; accelerate passes the old name
+        warnings.filterwarnings("ignore", message="`broadcast_buffers` is deprecated", category=FutureWarning)
+        return accelerator.prepare(model, optimizer, scheduler)
