@@ -38,12 +38,21 @@ def run_worker(out: Path, model: Path, processes: int, mode: str) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
 
 
-@pytest.fixture(scope="module", params=["lora", "full"])  # full: use_lora = false, every weight (tied ones too)
-def one_and_two(request, tmp_path_factory, tiny_model):
+MODES = ("lora", "full")  # full: use_lora = false, every weight (tied ones too)
+
+
+@pytest.fixture(scope="module")
+def worker_outputs(tmp_path_factory, tiny_model):
+    """One launch with 1 process and one with 2, each doing both modes (a launch costs ~15 s of imports)."""
     out1, out2 = tmp_path_factory.mktemp("one"), tmp_path_factory.mktemp("two")
-    run_worker(out1, tiny_model, 1, request.param)
-    run_worker(out2, tiny_model, 2, request.param)
+    run_worker(out1, tiny_model, 1, ",".join(MODES))
+    run_worker(out2, tiny_model, 2, ",".join(MODES))
     return out1, out2
+
+
+@pytest.fixture(params=MODES)
+def one_and_two(request, worker_outputs):
+    return tuple(out / request.param for out in worker_outputs)
 
 
 def test_two_processes_compute_the_one_process_gradient(one_and_two):
@@ -160,6 +169,7 @@ def worker(out: Path, model: Path, mode: str) -> None:
     sys.path.insert(0, str(HERE))
     from test_train_step import fake_batch, make_trainer, trainable
 
+    out.mkdir(exist_ok=True)
     run_dir = out / "run"
     args = {**ARGS, "use_lora": mode == "lora"}
     trainer = make_trainer(model, run_dir, **args)
@@ -190,4 +200,5 @@ def worker(out: Path, model: Path, mode: str) -> None:
 
 
 if __name__ == "__main__":
-    worker(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3])
+    for each in sys.argv[3].split(","):
+        worker(Path(sys.argv[1]) / each, Path(sys.argv[2]), each)
