@@ -73,7 +73,8 @@ def assert_lost_server_handled(tmp: Path, run_dir: Path, socket_name: str, cause
     line = next(line for line in screen if line.startswith("vf-train: "))
     assert cause in line and "logs/inference.log" in line, line
     checkpoint = latest_checkpoint(run_dir / "checkpoints")
-    assert checkpoint is not None and step_of(checkpoint) >= steps >= 2, (line, steps)
+    # every step trained is kept, and has its metrics line (the one trained just before the fault too)
+    assert checkpoint is not None and step_of(checkpoint) == steps >= 2, (line, steps)
     assert f"Training up to step {step_of(checkpoint)} is saved in {checkpoint.relative_to(tmp)}" in line, line
     assert line.endswith(f"--resume {checkpoint.relative_to(tmp)}"), line
     assert "Traceback" in (run_dir / "logs" / "trainer.log").read_text()  # the story is kept in the log
@@ -123,6 +124,4 @@ def test_vllm_hung_then_killed_mid_run_keeps_the_training_and_resume_continues(t
     assert_lost_server_handled(tmp_path, run_dir, socket_name, "exited", detected_in=60)
     assert not procs.alive(engine)
     steps = [m["step"] for m in read_metrics(run_dir) if "loss" in m]
-    # the resumed run went on from the checkpoint (a step trained just before the fault is in the checkpoint
-    # though its metrics line was not written yet)
-    assert steps == sorted(set(steps)) and [s for s in steps if s > done][:2] == [done + 1, done + 2], (done, steps)
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) >= done + 2, (done, steps)  # went on from the checkpoint

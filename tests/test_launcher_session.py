@@ -212,7 +212,7 @@ def test_watch_prints_one_line_per_step_and_stops_with_the_trainer(tmp_path):
     (tmp_path / "trainer.exitcode").write_text("0\n")
     out = []
     assert watch(tmp_path, out.append, poll=0) == 0
-    assert out[1].split() == ["step", "reward", "avg10", "loss", "kl", "step", "s", "eta"]
+    assert out[1].split() == ["step", "reward", "avg10", "loss", "mismatch", "step", "s", "eta"]
     assert out[2].split() == ["1/4", "0.600", "0.600", "-0.0100", "1.0e-03", "-"]
     assert out[4].split() == ["3/4", "0.800", "0.700", "-0.0100", "1.0e-03", "2.00", "0:00:02"]
     assert out[5:] == ["trainer exited with code 0"]  # the half-written line is not shown

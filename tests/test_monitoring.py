@@ -33,7 +33,7 @@ def rollout(prompt: str, reply: str, reward: float):
 # ---------- console ----------
 def test_progress_line_has_every_part():
     line = progress_line(record(3))
-    for part in ("step 3/10", "reward 0.530", "loss -0.0300", "kl 1.0e-06", "900 tok/s", "2.00s:",
+    for part in ("step 3/10", "reward 0.530", "loss -0.0300", "mismatch 1.0e-06", "900 tok/s", "2.00s:",
                  "gen 1.50", "wait 0.25", "train 1.50", "sync 0.05"):
         assert part in line, (part, line)
 
@@ -112,7 +112,7 @@ def test_vf_rl_plot_writes_valid_pngs(tmp_path):
     assert proc.returncode == 0, proc.stderr
     from PIL import Image
 
-    expected = [tmp_path / "curves.png"] + [tmp_path / "plots" / f"{n}.png" for n in ("reward", "loss", "kl", "step_time")]
+    expected = [tmp_path / "curves.png"] + [tmp_path / "plots" / f"{n}.png" for n in ("reward", "loss", "mismatch_kl", "step_time")]
     for png in expected:
         assert f"wrote {png}" in proc.stdout
         with Image.open(png) as img:

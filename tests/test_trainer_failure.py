@@ -41,7 +41,7 @@ def trainer(tmp_path, tiny_model, monkeypatch):
     t = SimpleNamespace(model=model, optimizer=opt, scheduler=sched, accelerator=SimpleNamespace(unwrap_model=lambda m: m),
                         checkpoints_dir=run_dir / "checkpoints", run_dir=run_dir, log_file=run_dir / "logs" / "trainer.log",
                         steps_done=0, in_step=False, base_url="http://127.0.0.1:9/v1",
-                        inference_pid_file=run_dir / "inference.pid", training_state=state)
+                        inference_pid_file=run_dir / "inference.pid", training_state=state, unlogged=None)
     t.keep_trained = lambda: RLTrainer.keep_trained(t)
     return t
 
@@ -94,6 +94,22 @@ def test_the_one_line_names_a_lost_server_and_its_log_and_exits_3(trainer):
     assert stopped.line.startswith("vf-train: the vLLM server (pid 42) exited (see outputs/run/logs/inference.log). "
                                    "Training up to step 1 is saved in outputs/run/checkpoints/step-1")
     assert "\n" not in stopped.line
+
+
+def test_a_step_trained_before_its_push_failed_gets_its_metrics_line(trainer):
+    """The loop writes a step's line after pushing the policy it trained; when that push is what failed, the
+    step is in the emergency checkpoint and its line is written too (no sync time, no adapter loaded)."""
+    batch = SimpleNamespace(policy_version=1, gen_start=1.0, gen_end=2.0, rollouts=[])
+    trainer.steps_done, trainer.start_step = 2, 0
+    trainer.unlogged = (1, batch, {"loss": 0.5}, {"train_start": 3.0, "train_end": 4.0, "wait_s": 0.0, "save_s": 0.0})
+    trainer.args = SimpleNamespace(max_steps=10)
+    logged = []
+    trainer.log = lambda step, record, b: logged.append((step, record, b))
+    trainer.step_record = lambda *a: RLTrainer.step_record(trainer, *a)
+    RLTrainer.stopped_by(trainer, InferenceLost("the vLLM server (pid 42) exited"))
+    [(step, record, b)] = logged
+    assert step == 2 and b is batch
+    assert record["step"] == 2 and record["loss"] == 0.5 and record["adapter_loaded"] is None and "sync_s" not in record
 
 
 def test_any_other_failure_is_named_with_the_server_still_checked(trainer):

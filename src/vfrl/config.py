@@ -14,6 +14,8 @@ from typing import Any, Literal
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from vfrl.inference.lora_ranks import VLLM_LORA_RANKS
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -207,19 +209,6 @@ class TrainerConfig(Strict):
         return self.processes or max(1, self.gpus)
 
 
-def vllm_lora_ranks() -> list[int]:
-    """The max_lora_rank values vLLM accepts, from the one table the server uses."""
-    from vfrl.inference.server import lora_rank_ceiling  # lazy: server.py imports this module
-
-    ranks, r = [], 1
-    while True:
-        try:
-            ranks.append(r := lora_rank_ceiling(r))
-        except ValueError:
-            return ranks
-        r += 1
-
-
 class RLConfig(Strict):
     model: str = Field(description="HF model id or local directory (HF format).")
     env: EnvConfig
@@ -243,7 +232,7 @@ class RLConfig(Strict):
                              f"({a.micro_batch_size} x {self.trainer.num_processes} = {per_step}), "
                              f"{_multiples_near(a.batch_size, step)}"))
         if a.use_lora:
-            ranks = vllm_lora_ranks()
+            ranks = VLLM_LORA_RANKS  # what vLLM's --max-lora-rank accepts
             served = self.inference.args.get("max_lora_rank")
             if a.lora_rank > ranks[-1]:
                 problems.append(("trainer.args.lora_rank", a.lora_rank,

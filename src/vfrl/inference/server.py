@@ -24,6 +24,7 @@ from typing import Annotated, Any
 import typer
 
 from vfrl.config import load_config
+from vfrl.inference.lora_ranks import lora_rank_ceiling
 
 API_KEY_ENV = "VFRL_API_KEY"
 
@@ -139,14 +140,6 @@ def _has_cuda() -> bool:
     if visible is not None and visible.strip() in ("", "-1"):
         return False
     return Path("/dev/nvidiactl").exists()
-
-
-def lora_rank_ceiling(rank: int) -> int:
-    """vLLM accepts these max LoRA ranks; pick the smallest that fits."""
-    for allowed in (8, 16, 32, 64, 128, 256, 320, 512):
-        if rank <= allowed:
-            return allowed
-    raise ValueError(f"lora_rank {rank} is above vLLM's largest max_lora_rank (512)")
 
 
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])

@@ -1,7 +1,7 @@
 """Curves of a run from its metrics.jsonl (matplotlib, imported only when plotting).
 
 `vf-rl plot RUN_DIR` writes RUN_DIR/curves.png (all panels) and one PNG per panel in RUN_DIR/plots/:
-reward.png (train reward, with eval reward when the run evaluated), loss.png, kl.png (mismatch KL,
+reward.png (train reward, with eval reward when the run evaluated), loss.png, mismatch_kl.png (mismatch KL,
 log scale, warnings marked) and step_time.png (step time and its generate / wait / train / sync parts).
 Step lines and eval lines (`eval/*` keys) share metrics.jsonl; a line cut short by a crash is skipped.
 """
@@ -42,7 +42,7 @@ def draw_loss(ax, rows):
     ax.set_title("loss")
 
 
-def draw_kl(ax, rows):
+def draw_mismatch_kl(ax, rows):
     steps, values = series(rows, "mismatch_kl")
     ax.plot(steps, values, lw=1, label="mismatch_kl")
     if values and min(values) > 0:
@@ -63,7 +63,7 @@ def draw_step_time(ax, rows):
     ax.set_title("step time (s)")
 
 
-PANELS = {"reward": draw_reward, "loss": draw_loss, "kl": draw_kl, "step_time": draw_step_time}
+PANELS = {"reward": draw_reward, "loss": draw_loss, "mismatch_kl": draw_mismatch_kl, "step_time": draw_step_time}
 
 
 def _draw_panel(ax, draw, rows: list[dict]) -> None:

@@ -11,7 +11,7 @@ from typing import Callable
 
 from vfrl.run_dir import RunDir, read_jsonl
 
-HEADER = f"{'step':>9}  {'reward':>7}  {'avg10':>7}  {'loss':>8}  {'kl':>8}  {'step s':>6}  {'eta':>8}"
+HEADER = f"{'step':>9}  {'reward':>7}  {'avg10':>7}  {'loss':>8}  {'mismatch':>8}  {'step s':>6}  {'eta':>8}"
 
 
 def format_eta(seconds: float) -> str:

@@ -18,11 +18,11 @@ from rich.table import Table
 
 
 def progress_line(r: dict[str, Any]) -> str:
-    """`step 3/10 | reward 0.612 | loss +0.0012 | kl 1.2e-06 | 812 tok/s | 2.10s: gen 1.52 wait 0.31 ...`."""
+    """`step 3/10 | reward 0.612 | loss +0.0012 | mismatch 1.2e-06 | 812 tok/s | 2.10s: gen 1.52 wait 0.31 ...`."""
     g = lambda key: r.get(key, float("nan"))  # noqa: E731  (a missing metric shows as nan, never a crash)
     return (
         f"step {r['step']}/{r['max_steps']} | reward {g('reward_mean'):.3f} | loss {g('loss'):+.4f} "
-        f"| kl {g('mismatch_kl'):.1e} | {g('tokens_per_s'):.0f} tok/s "
+        f"| mismatch {g('mismatch_kl'):.1e} | {g('tokens_per_s'):.0f} tok/s "
         f"| {g('step_s'):.2f}s: gen {g('generate_s'):.2f} wait {g('wait_s'):.2f} train {g('train_s'):.2f} "
         f"sync {g('sync_s'):.2f}"
     )

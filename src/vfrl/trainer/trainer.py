@@ -129,6 +129,7 @@ class RLTrainer:
             self.start_step, self.pending_batch = self.resume(Path(self.args.resume_from))
         # what an emergency checkpoint may save: optimizer steps done, and whether one is half done
         self.steps_done, self.in_step = self.start_step, False
+        self.unlogged: tuple[int, Batch, dict, dict] | None = None  # the last step trained, until its line is written
         self.log_file = paths.log("trainer")
         self.inference_pid_file = paths.inference_pid
         # wandb is imported only here: report_to = "none" needs neither the package nor an account
@@ -187,6 +188,10 @@ class RLTrainer:
     def stopped_by(self, error: Exception) -> TrainingStopped:
         """Rank 0, after the loop failed: log the traceback, keep the steps trained so far, say it in one line."""
         log_traceback(self.log_file, error)
+        if self.unlogged:  # a step trained (and kept below) whose push failed: its metrics line too
+            step, batch, stats, times = self.unlogged
+            with contextlib.suppress(Exception):
+                self.log(step + 1, self.step_record(step, batch, stats, None, times), batch)
         lost = str(error) if isinstance(error, InferenceLost) else inference_problem(self.base_url,
                                                                                     self.inference_pid_file)
         if lost:
@@ -393,9 +398,8 @@ class RLTrainer:
             save_s = 0.0
             if self.save_due(step):
                 save_s = await asyncio.to_thread(self.save, step, batch)
-            train_start = time.time()
-            stats = await asyncio.to_thread(self.train_step, batch)
-            train_end = time.time()
+            await asyncio.to_thread(self.train_and_hold, step, batch, {"wait_s": wait_s, "save_s": save_s})
+            _, _, stats, times = self.unlogged
             version = step + 1
             if evaluation is not None:
                 await self.finish_eval(evaluation)
@@ -409,14 +413,22 @@ class RLTrainer:
                 await asyncio.to_thread(self.ranks.barrier)
             if is_eval_step(a, version):
                 evaluation = self.start_eval(orch, model_name, version)
-            times = {"train_start": train_start, "train_end": train_end, "wait_s": wait_s, "sync_s": sync_s,
-                     "save_s": save_s, "step_s": time.time() - t_step}
+            times |= {"wait_s": wait_s, "sync_s": sync_s, "step_s": time.time() - t_step}
             self.log(step + 1, self.step_record(step, batch, stats, model_name, times), batch)
+            self.unlogged = None
         if evaluation is not None:
             await self.finish_eval(evaluation)
         if a.save_strategy == "steps" and a.max_steps > self.start_step:
             await asyncio.to_thread(self.save, a.max_steps, None)
         self.wandb.finish()
+
+    def train_and_hold(self, step: int, batch: Batch, times: dict) -> None:
+        """train_step, then hold the step's stats in `unlogged` until its metrics line is written: after the
+        push, or by stopped_by when the push (or anything after the step) failed. Set in the worker thread,
+        so a step that finishes after the loop was cancelled is held too."""
+        t0 = time.time()
+        stats = self.train_step(batch)
+        self.unlogged = step, batch, stats, times | {"train_start": t0, "train_end": time.time()}
 
     def step_record(self, step: int, batch: Batch, stats: dict, model_name: str, times: dict) -> dict:
         """metrics.jsonl's line for training step `step` (0-based): the step's stats, which policy sampled the
