@@ -95,51 +95,13 @@ def run(
 
     Values are TOML literals (10, 3e-4, true, "text", ["q_proj", "v_proj"]); anything else is a string; a flag alone means true.
     """
-    try:
-        overrides = parse_overrides(ctx.args)
-    except ValueError as e:
-        fail(str(e))
-    for o in overrides:  # a mistyped option (`--dry-rnu`) is not a config key either
-        if "." not in o.key and o.key not in RLConfig.model_fields:
-            options = [opt for p in ctx.command.params for opt in p.opts if opt.startswith("--")]
-            close = difflib.get_close_matches(o.flag, options, n=1)
-            fail(f"no such option {o.flag}" + (f"; did you mean {close[0]}?" if close else "")
-                 + " (config keys are dotted: --trainer.args.max_steps 10)")
-    try:
-        cfg = load_user_config(config_path, overrides)
-    except ConfigError as e:
-        fail(str(e))
-    # vLLM and vf-train would fail on these only after start-up: say so now (a dry run only warns)
-    for problem in (model_problem(cfg.model, Path.cwd()), environment_problem(cfg.env.id)):
-        if problem and not dry_run:
-            fail(f"{config_path}: {problem}")
-        if problem:
-            typer.secho(f"vf-rl: warning: {config_path}: {problem}", err=True, fg=typer.colors.YELLOW)
+    cfg = validated_config(ctx, config_path, dry_run)
     srv = tmux.server(tmux_socket)
     session_name = session or cfg.args.run_name
     exists = tmux.session_exists(srv, session_name)
     if exists and not dry_run:
-        if not replace:
-            fail(f"a tmux session named '{session_name}' is already running. Attach with "
-                 f"`{tmux_hint(tmux_socket)} attach -t {session_name}`, stop it with `vf-rl stop {session_name}`, "
-                 f"start this run with --replace to stop that one first, or pick another name with --session.")
-        if session_name not in tmux.run_sessions(srv):
-            fail(f"the tmux session '{session_name}' was not started by vf-rl; --replace only stops vf-rl "
-                 f"sessions. Pick another name with --session.")
-    if resume is not None:  # reuse the checkpoint's run dir; the trainer loads it (resume_from)
-        from vfrl.launcher.resume import ResumeError, find_checkpoint, prepare_run_dir
-
-        try:
-            run_dir, checkpoint = find_checkpoint(Path(cfg.args.output_dir) / cfg.args.run_name, resume)
-        except ResumeError as e:
-            fail(f"{config_path}: {e}")
-        run_dir = run_dir.resolve()
-        cfg.args.resume_from = str(checkpoint.resolve())
-        if not dry_run:
-            prepare_run_dir(run_dir)
-        typer.echo(f"vf-rl: resuming from {checkpoint}")
-    else:
-        run_dir = new_run_dir(Path(cfg.args.output_dir) / cfg.args.run_name).resolve()
+        refuse_unless_replaceable(srv, session_name, tmux_socket, replace)
+    run_dir = run_dir_for(cfg, config_path, resume, dry_run)
     machine = detect_machine()
     workdir = Path.cwd()
     try:
@@ -152,37 +114,18 @@ def run(
          *(["--tmux-socket", tmux_socket] if tmux_socket else [])])
     if notice := network_notice(plan.config.inference.host):
         typer.echo(f"vf-rl: note: {notice}", err=True)
-    for note in plan.notes if not dry_run else ():  # a dry run prints them in the plan
-        typer.secho(f"vf-rl: note: {note}", err=True, fg=typer.colors.YELLOW)
     if dry_run:
-        typer.echo(f"# vf-rl dry run of {config_path}: nothing was started\n\n"
-                   f"# resolved config (written to {RunDir(run_dir).config} at launch)")
-        typer.echo(tomli_w.dumps(plan.config.model_dump(mode="json", exclude_none=True)))
-        typer.echo("# plan")
-        typer.echo(render_plan(plan, workdir, machine, tmux_socket))
-        if exists:
-            typer.echo(f"\n# the tmux session '{session_name}' exists: "
-                       + ("--replace would stop it first" if replace else "without --replace vf-rl would refuse"))
+        print_dry_run(plan, config_path, run_dir, workdir, machine, tmux_socket,
+                      exists=("--replace would stop it first" if replace else "without --replace vf-rl would refuse")
+                      if exists else None)
         raise typer.Exit(0)
+    for note in plan.notes:
+        typer.secho(f"vf-rl: note: {note}", err=True, fg=typer.colors.YELLOW)
     if exists:
         lifecycle.stop_run(srv, session_name, echo=typer.echo)
-    inference = plan.config.inference
-    if inference.port == 0:
-        inference.port = free_port(inference.host)
-    elif port_in_use(inference.host, inference.port):
-        fail(f"{config_path}: inference.port = {inference.port} is already in use on {inference.host}; "
-             f"choose another port, or set inference.port = 0 to pick a free one.")
-    paths = RunDir(run_dir)
-    paths.logs.mkdir(parents=True, exist_ok=True)
-    write_config(plan.config, paths.config)
-    write_environment(run_dir, os.environ)
-    key_file = paths.api_key
-    key_file.touch(mode=0o600)
-    key_file.write_text(secrets.token_urlsafe(24))
-    plan.inference.script.write_text(pane_script(plan.inference, run_dir, workdir, inference_epilogue(run_dir)))
-    plan.trainer.script.write_text(pane_script(plan.trainer, run_dir, workdir, trainer_epilogue(run_dir)))
-    tmux.start_session(srv, plan, workdir)
+    launch(srv, plan, config_path, run_dir, workdir)
     typer.echo(f"vf-rl: run directory {run_dir}")
+    inference = plan.config.inference
     typer.echo(f"vf-rl: tmux session '{session_name}' started (inference on {plan.device}, "
                f"vLLM at http://{inference.host}:{inference.port}/v1)")
     if detach:
@@ -199,6 +142,89 @@ def run(
     typer.echo(f"vf-rl: watch with `{tmux_hint(tmux_socket)} attach -t {session_name}`; stop with "
                f"`vf-rl stop {session_name}` or Ctrl-C here")
     raise typer.Exit(wait_for_trainer(srv, session_name, run_dir))
+
+
+def validated_config(ctx: typer.Context, config_path: Path, dry_run: bool) -> RLConfig:
+    """The file plus the command line's overrides, validated; a model or environment that vLLM or vf-train
+    would fail on only after start-up is refused now (a dry run only warns)."""
+    try:
+        overrides = parse_overrides(ctx.args)
+    except ValueError as e:
+        fail(str(e))
+    for o in overrides:  # a mistyped option (`--dry-rnu`) is not a config key either
+        if "." not in o.key and o.key not in RLConfig.model_fields:
+            options = [opt for p in ctx.command.params for opt in p.opts if opt.startswith("--")]
+            close = difflib.get_close_matches(o.flag, options, n=1)
+            fail(f"no such option {o.flag}" + (f"; did you mean {close[0]}?" if close else "")
+                 + " (config keys are dotted: --trainer.args.max_steps 10)")
+    try:
+        cfg = load_user_config(config_path, overrides)
+    except ConfigError as e:
+        fail(str(e))
+    for problem in (model_problem(cfg.model, Path.cwd()), environment_problem(cfg.env.id)):
+        if problem and not dry_run:
+            fail(f"{config_path}: {problem}")
+        if problem:
+            typer.secho(f"vf-rl: warning: {config_path}: {problem}", err=True, fg=typer.colors.YELLOW)
+    return cfg
+
+
+def refuse_unless_replaceable(srv, session_name: str, tmux_socket: str | None, replace: bool) -> None:
+    """The session name is taken: go on only with --replace, and only over a vf-rl session."""
+    if not replace:
+        fail(f"a tmux session named '{session_name}' is already running. Attach with "
+             f"`{tmux_hint(tmux_socket)} attach -t {session_name}`, stop it with `vf-rl stop {session_name}`, "
+             f"start this run with --replace to stop that one first, or pick another name with --session.")
+    if session_name not in tmux.run_sessions(srv):
+        fail(f"the tmux session '{session_name}' was not started by vf-rl; --replace only stops vf-rl "
+             f"sessions. Pick another name with --session.")
+
+
+def run_dir_for(cfg: RLConfig, config_path: Path, resume: str | None, dry_run: bool) -> Path:
+    """A new run directory, or with --resume the checkpoint's own (the trainer loads it: resume_from)."""
+    if resume is None:
+        return new_run_dir(Path(cfg.args.output_dir) / cfg.args.run_name).resolve()
+    from vfrl.launcher.resume import ResumeError, find_checkpoint, prepare_run_dir
+
+    try:
+        run_dir, checkpoint = find_checkpoint(Path(cfg.args.output_dir) / cfg.args.run_name, resume)
+    except ResumeError as e:
+        fail(f"{config_path}: {e}")
+    cfg.args.resume_from = str(checkpoint.resolve())
+    if not dry_run:
+        prepare_run_dir(run_dir.resolve())
+    typer.echo(f"vf-rl: resuming from {checkpoint}")
+    return run_dir.resolve()
+
+
+def print_dry_run(plan, config_path: Path, run_dir: Path, workdir: Path, machine, tmux_socket: str | None,
+                  exists: str | None) -> None:
+    typer.echo(f"# vf-rl dry run of {config_path}: nothing was started\n\n"
+               f"# resolved config (written to {RunDir(run_dir).config} at launch)")
+    typer.echo(tomli_w.dumps(plan.config.model_dump(mode="json", exclude_none=True)))
+    typer.echo("# plan")
+    typer.echo(render_plan(plan, workdir, machine, tmux_socket))
+    if exists:
+        typer.echo(f"\n# the tmux session '{plan.session}' exists: {exists}")
+
+
+def launch(srv, plan, config_path: Path, run_dir: Path, workdir: Path) -> None:
+    """Pick the port, write the run directory (resolved config, environment, API key, pane scripts), start tmux."""
+    inference = plan.config.inference
+    if inference.port == 0:
+        inference.port = free_port(inference.host)
+    elif port_in_use(inference.host, inference.port):
+        fail(f"{config_path}: inference.port = {inference.port} is already in use on {inference.host}; "
+             f"choose another port, or set inference.port = 0 to pick a free one.")
+    paths = RunDir(run_dir)
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    write_config(plan.config, paths.config)
+    write_environment(run_dir, os.environ)
+    paths.api_key.touch(mode=0o600)
+    paths.api_key.write_text(secrets.token_urlsafe(24))
+    plan.inference.script.write_text(pane_script(plan.inference, run_dir, workdir, inference_epilogue(run_dir)))
+    plan.trainer.script.write_text(pane_script(plan.trainer, run_dir, workdir, trainer_epilogue(run_dir)))
+    tmux.start_session(srv, plan, workdir)
 
 
 def pick_session(srv, session: str | None, socket_name: str | None) -> tuple[str, Path]:
