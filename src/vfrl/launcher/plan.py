@@ -315,21 +315,7 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
         tr_env["OMP_NUM_THREADS"] = str(trainer_threads)
     inf_cmd = [console_script("vf-vllm"), "@", str(config_file), "--pid-file", str(paths.inference_pid)]
     processes = len(tr_dev) or cfg.trainer.processes or 1  # trainer GPUs, else trainer.processes CPU processes
-    if processes > 1 and tr_dev:
-        # the vf-train console script is a Python file: accelerate runs it in each process
-        tr_cmd = [console_script("accelerate"), "launch", "--config-file",
-                  str(accelerate_config_file(cfg.trainer.accelerate_config, workdir)),
-                  "--num-processes", str(processes), console_script("vf-train"), "@", str(config_file)]
-    elif processes > 1:
-        # CPU processes (trainer.processes): accelerate's torchrun launcher (its --cpu flag would need mpirun);
-        # ACCELERATE_USE_CPU makes each process a CPU rank on gloo; port 0: a free rendezvous port
-        tr_env["ACCELERATE_USE_CPU"] = "true"
-        tr_env["OMP_NUM_THREADS"] = str(max(1, int(tr_env.get("OMP_NUM_THREADS", machine.cpus)) // processes))
-        tr_cmd = [console_script("accelerate"), "launch", "--multi-gpu", "--num-processes", str(processes),
-                  "--num-machines", "1", "--mixed-precision", "no", "--dynamo-backend", "no",
-                  "--main-process-port", "0", console_script("vf-train"), "@", str(config_file)]
-    else:
-        tr_cmd = [console_script("vf-train"), "@", str(config_file)]
+    tr_cmd = trainer_command(cfg, processes, bool(tr_dev), tr_env, machine, workdir, config_file)
     return Plan(
         run_dir=run_dir, session=session, device="cuda" if use_gpu else "cpu",
         inference_devices=inf_dev, trainer_devices=tr_dev,
@@ -338,6 +324,25 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
         metrics=PanePlan("Metrics", paths.pane_script("trainer"), {}, [console_script("vf-rl"), "watch", str(run_dir)]),
         config=cfg, tensor_parallel=tp, data_parallel=dp, trainer_processes=processes, memory=memory, notes=notes,
     )
+
+
+def trainer_command(cfg: RLConfig, processes: int, on_gpus: bool, tr_env: dict[str, str], machine: Machine,
+                    workdir: Path, config_file: Path) -> list[str]:
+    """vf-train alone, or under accelerate launch for several processes (GPUs, or CPU ranks: sets their env)."""
+    if processes > 1 and on_gpus:
+        # the vf-train console script is a Python file: accelerate runs it in each process
+        return [console_script("accelerate"), "launch", "--config-file",
+                str(accelerate_config_file(cfg.trainer.accelerate_config, workdir)),
+                "--num-processes", str(processes), console_script("vf-train"), "@", str(config_file)]
+    if processes > 1:
+        # CPU processes (trainer.processes): accelerate's torchrun launcher (its --cpu flag would need mpirun);
+        # ACCELERATE_USE_CPU makes each process a CPU rank on gloo; port 0: a free rendezvous port
+        tr_env["ACCELERATE_USE_CPU"] = "true"
+        tr_env["OMP_NUM_THREADS"] = str(max(1, int(tr_env.get("OMP_NUM_THREADS", machine.cpus)) // processes))
+        return [console_script("accelerate"), "launch", "--multi-gpu", "--num-processes", str(processes),
+                "--num-machines", "1", "--mixed-precision", "no", "--dynamo-backend", "no",
+                "--main-process-port", "0", console_script("vf-train"), "@", str(config_file)]
+    return [console_script("vf-train"), "@", str(config_file)]
 
 
 def network_notice(host: str) -> str | None:
