@@ -22,8 +22,11 @@ __all__ = [
     "stop", "State", "Messages", "Message", "SystemMessage", "UserMessage", "AssistantMessage", "ToolMessage",
     "ToolCall", "DatasetBuildError", "load_example_dataset", "extract_hash_answer", "BOXED_SYSTEM_PROMPT",
     "THINK_BOXED_SYSTEM_PROMPT", "ReasoningGymEnv", "TextArenaEnv", "PythonEnv", "SandboxEnv", "BrowserEnv",
+    # training from a script, with the names of verifiers' GRPOTrainer guide (docs/python_api.md)
+    "GRPOTrainer", "grpo_defaults", "lora_defaults", "get_model_and_tokenizer",
 ]
-_HOME = {"RLConfig": "vfrl.config", "load_config": "vfrl.config"}
+_HOME = {"RLConfig": "vfrl.config", "load_config": "vfrl.config", "GRPOTrainer": "vfrl.grpo",
+         "grpo_defaults": "vfrl.grpo", "lora_defaults": "vfrl.grpo", "get_model_and_tokenizer": "vfrl.grpo"}
 # verifiers' module paths, reachable as attributes too (`vf.utils.data_utils.load_example_dataset`)
 _SUBMODULES = ("types", "utils", "rubrics", "envs")
 

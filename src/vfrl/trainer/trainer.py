@@ -92,7 +92,8 @@ def _unretrieved_to(log: Path):
 
 
 class RLTrainer:
-    def __init__(self, config: RLConfig, run_dir: Path, base_url: str, api_key: str):
+    def __init__(self, config: RLConfig, run_dir: Path, base_url: str, api_key: str, env=None):
+        """`env`: an environment object (the Python API) instead of loading `config.env.id`."""
         from transformers import AutoTokenizer
 
         self.cfg = config
@@ -114,7 +115,7 @@ class RLTrainer:
         self.reference = ReferencePolicy(self.model, config.model, self.args.use_lora) if self.args.beta > 0 else None
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         # ---- what it trains on, and where it pushes each version (weight_sync.py) ----
-        self.env = load_environment(config.env.id, **config.env.args)
+        self.env = env if env is not None else load_environment(config.env.id, **config.env.args)
         paths = RunDir(run_dir)
         if self.ranks.is_main:
             paths.rollouts.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,209 @@
+"""Train from a Python script, with the names of verifiers' GRPOTrainer guide (docs/python_api.md).
+
+    import vfrl as vf
+    env = vf.load_environment("reverse-text")
+    model, tokenizer = vf.get_model_and_tokenizer("./models/tiny-reverse")
+    args = vf.grpo_defaults(run_name="my-experiment")
+    args.max_steps = 100
+    trainer = vf.GRPOTrainer(model=model, processing_class=tokenizer, env=env, args=args,
+                             peft_config=vf.lora_defaults())
+    trainer.train()
+
+One config model behind both ways in: the args are `[trainer.args]` of a TOML file (RLConfig), under
+our names or the guide's (`GUIDE_NAMES`), validated with the same one-line errors. `train()` runs the
+loop vf-rl's trainer pane runs (RLTrainer), in this process, against `vf-vllm`, which it starts on the
+devices the launch plan gives it and stops at the end, or against a server the user names
+(`vllm_base_url`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from vfrl.config import RLConfig, TrainerArgs, write_config
+
+# the guide's (TRL's) name -> ours, in [trainer.args]
+GUIDE_NAMES = {
+    "num_generations": "rollouts_per_example",
+    "per_device_train_batch_size": "micro_batch_size",
+    "max_prompt_length": "max_prompt_len",
+    "max_completion_length": "max_tokens",
+}
+ARGS_WHERE = "grpo args"  # where an error is, in place of a TOML file's path
+
+
+class ArgsError(SystemExit):
+    """A script's args are invalid: the one line a TOML file's would give, without a traceback (a SystemExit
+    prints its message and exits 1); `except ArgsError` catches it."""
+
+
+class GRPOArgs:
+    """`[trainer.args]` under our names or the guide's: both spellings set the same field, and reading one
+    gives what the other set. `gradient_accumulation_steps` has no field of its own: a step trains on
+    per_device_train_batch_size x gradient_accumulation_steps x processes completions (our batch_size)."""
+
+    def __init__(self, **values: Any):
+        object.__setattr__(self, "values", {})
+        object.__setattr__(self, "gradient_accumulation_steps", None)
+        for name, value in values.items():
+            setattr(self, name, value)
+
+    @staticmethod
+    def field(name: str) -> str:
+        key = GUIDE_NAMES.get(name, name)
+        if key not in TrainerArgs.model_fields:
+            close = difflib.get_close_matches(name, [*TrainerArgs.model_fields, *GUIDE_NAMES], n=1)
+            raise ArgsError(f"vfrl: {ARGS_WHERE}: unknown argument '{name}'" + (f"; did you mean '{close[0]}'?" if close else ""))
+        return key
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "gradient_accumulation_steps":
+            object.__setattr__(self, name, value)
+        else:
+            self.values[self.field(name)] = value
+
+    def __getattr__(self, name: str) -> Any:
+        key = self.field(name)
+        return self.values[key] if key in self.values else TrainerArgs.model_fields[key].default
+
+    def trainer_args(self, processes: int = 1) -> dict[str, Any]:
+        args = dict(self.values)
+        if self.gradient_accumulation_steps is not None:
+            args["batch_size"] = self.per_device_train_batch_size * self.gradient_accumulation_steps * processes
+        return args
+
+
+def grpo_defaults(**values: Any) -> GRPOArgs:
+    """Our defaults (those of a TOML file that sets nothing), then `values`."""
+    return GRPOArgs(**values)
+
+
+def lora_defaults(**overrides: Any):
+    """A peft LoraConfig with our LoRA defaults (rank 8, alpha 16, every linear layer)."""
+    from peft import LoraConfig
+
+    d = TrainerArgs.model_fields
+    return LoraConfig(**{"r": d["lora_rank"].default, "lora_alpha": d["lora_alpha"].default,
+                         "lora_dropout": d["lora_dropout"].default, "target_modules": d["lora_target_modules"].default,
+                         "task_type": "CAUSAL_LM", **overrides})
+
+
+def get_model_and_tokenizer(model_name: str, **kwargs: Any):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(model_name, **kwargs), AutoTokenizer.from_pretrained(model_name)
+
+
+def rl_config(model: Any, env: Any, args: GRPOArgs, peft_config: Any = None, inference: dict | None = None) -> RLConfig:
+    """The RLConfig a TOML file with the same settings would give, or ArgsError with its lines."""
+    from pydantic import ValidationError
+
+    from vfrl.launcher.config_errors import describe
+
+    trainer_args = args.trainer_args()
+    trainer_args["use_lora"] = peft_config is not None  # the guide: LoRA when a peft_config is given
+    if peft_config is not None:
+        targets = peft_config.target_modules
+        trainer_args.update(lora_rank=peft_config.r, lora_alpha=peft_config.lora_alpha,
+                            lora_dropout=peft_config.lora_dropout, lora_use_rslora=bool(peft_config.use_rslora),
+                            lora_target_modules=sorted(targets) if isinstance(targets, (set, list)) else targets,
+                            lora_modules_to_save=peft_config.modules_to_save)
+    model_name = model if isinstance(model, str) else model.name_or_path
+    env_id = env if isinstance(env, str) else getattr(env, "env_id", None) or type(env).__name__
+    data = {"model": str(model_name), "env": {"id": env_id}, "trainer": {"args": trainer_args},
+            **({"inference": inference} if inference else {})}
+    try:
+        return RLConfig.model_validate(data)
+    except ValidationError as e:
+        raise ArgsError("\n".join(f"vfrl: {line}" for line in describe(Path(ARGS_WHERE), e).splitlines())) from None
+
+
+class GRPOTrainer:
+    def __init__(self, model: Any, env: Any, args: GRPOArgs | None = None, processing_class: Any = None,
+                 peft_config: Any = None, vllm_base_url: str | None = None, inference: dict | None = None):
+        """`model`: a transformers model (its weights are read again from `model.name_or_path`) or a path;
+        `env`: an environment object or an installed environment's id; `vllm_base_url`: a running vf-vllm
+        (API key from $VFRL_API_KEY) instead of one this trainer starts; `inference`: `[inference]` keys."""
+        self.config = rl_config(model, env, args or grpo_defaults(), peft_config, inference)
+        self.env = None if isinstance(env, str) else env
+        self.vllm_base_url = vllm_base_url
+        self.trainer = None
+
+    def train(self) -> Path:
+        """Train to max_steps; returns the run directory. A failure stops with vf-train's one line and exit code."""
+        from vfrl.launcher.cli import new_run_dir
+        from vfrl.launcher.plan import detect_machine, make_plan
+        from vfrl.run_dir import RunDir
+        from vfrl.trainer.failure import TrainingStopped
+        from vfrl.trainer.trainer import RLTrainer
+
+        cfg = self.config.model_copy(deep=True)
+        run_dir = new_run_dir(Path(cfg.args.output_dir) / cfg.args.run_name).resolve()
+        paths = RunDir(run_dir)
+        paths.logs.mkdir(parents=True, exist_ok=True)
+        plan = make_plan(cfg, run_dir, cfg.args.run_name, detect_machine())
+        server = None
+        try:
+            if self.vllm_base_url:
+                url, api_key = self.vllm_base_url, os.environ.get("VFRL_API_KEY", "EMPTY")
+            else:
+                server, url, api_key = start_server(plan, paths)
+            threads = plan.trainer.env.get("OMP_NUM_THREADS")
+            if threads:  # the trainer's share of the CPU cores, as its pane would get it
+                import torch
+
+                torch.set_num_threads(int(threads))
+            write_config(plan.config, paths.config)
+            self.trainer = RLTrainer(plan.config, run_dir, url, api_key, env=self.env)
+            self.trainer.train()
+        except TrainingStopped as e:
+            print(e.line, file=sys.stderr, flush=True)
+            raise SystemExit(e.code) from None
+        finally:
+            if server is not None:
+                stop_server(server)
+        return run_dir
+
+    def save_model(self, path: str | Path) -> None:
+        """The trained adapter (use_lora) or model, as save_pretrained writes it."""
+        if self.trainer is None:
+            raise RuntimeError("save_model() saves what train() trained: call train() first")
+        self.trainer.accelerator.unwrap_model(self.trainer.model).save_pretrained(str(path))
+
+
+def start_server(plan, paths) -> tuple[subprocess.Popen, str, str]:
+    """vf-vllm on the plan's devices (its own process group, log in logs/inference.log). The trainer loads
+    its model meanwhile and waits for /health (as the two panes of vf-rl do)."""
+    from vfrl.launcher.cli import free_port
+    from vfrl.launcher.plan import console_script
+
+    inference = plan.config.inference
+    if inference.port == 0:
+        inference.port = free_port(inference.host)
+    write_config(plan.config, paths.config)
+    api_key = secrets.token_urlsafe(24)
+    env = {**os.environ, **plan.inference.env, "VFRL_API_KEY": api_key}
+    with open(paths.log("inference"), "w") as log:
+        proc = subprocess.Popen([console_script("vf-vllm"), "@", str(paths.config), "--pid-file", str(paths.inference_pid)],
+                                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    host = "127.0.0.1" if inference.host in ("0.0.0.0", "::") else inference.host
+    return proc, f"http://{host}:{inference.port}/v1", api_key
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """SIGTERM to vf-vllm's group (it ends vLLM and whatever vLLM started), SIGKILL after 60 s."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(60)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -1,0 +1,99 @@
+"""Training from a Python script (vfrl.grpo): the guide's names, the TOML's errors, and a real run."""
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from vfrl.grpo import ArgsError, GRPOArgs, grpo_defaults, lora_defaults, rl_config
+
+
+def test_guide_names_and_ours_set_the_same_field():
+    args = grpo_defaults(run_name="x")
+    args.num_generations = 4
+    args.per_device_train_batch_size = 2
+    args.max_completion_length = 12
+    assert args.rollouts_per_example == 4 and args.micro_batch_size == 2 and args.max_tokens == 12
+    args.max_tokens = 10  # ours, then the guide's reads it
+    assert args.max_completion_length == 10
+    assert GRPOArgs().learning_rate == 1e-5  # the TOML default when nothing sets it
+
+
+def test_gradient_accumulation_makes_the_batch():
+    args = grpo_defaults(per_device_train_batch_size=4, num_generations=4, gradient_accumulation_steps=3)
+    cfg = rl_config("m", "reverse-text", args)
+    assert (cfg.args.batch_size, cfg.args.micro_batch_size, cfg.args.rollouts_per_example) == (12, 4, 4)
+
+
+def test_peft_config_means_lora_and_its_values_are_used():
+    lora = rl_config("m", "reverse-text", grpo_defaults(), peft_config=lora_defaults(r=16, lora_alpha=32)).args
+    assert lora.use_lora and (lora.lora_rank, lora.lora_alpha) == (16, 32)
+    assert not rl_config("m", "reverse-text", grpo_defaults()).args.use_lora  # the guide: no peft_config, all weights
+
+
+def test_an_invalid_value_gives_the_toml_files_line(tmp_path):
+    """The same rule, the same words: only the place differs (the args instead of the file)."""
+    from vfrl.launcher.config_errors import ConfigError, load_user_config
+
+    for bad in ({"learning_rate": -1.0}, {"batch_size": 10}):  # a field's own check; a rule across fields
+        toml = tmp_path / "cfg.toml"
+        toml.write_text(tomli_w.dumps({"model": "m", "env": {"id": "reverse-text"}, "trainer": {"args": bad}}))
+        with pytest.raises(ConfigError) as from_file:
+            load_user_config(toml)
+        with pytest.raises(ArgsError) as from_script:
+            rl_config("m", "reverse-text", grpo_defaults(**bad), peft_config=lora_defaults())
+        file_lines = [line.removeprefix(f"{toml}: ") for line in str(from_file.value).splitlines()]
+        script_lines = [line.removeprefix("vfrl: grpo args: ") for line in str(from_script.value).splitlines()]
+        assert script_lines == file_lines and file_lines[0].startswith("trainer.args."), (file_lines, script_lines)
+
+
+def test_an_unknown_name_is_one_line_with_a_suggestion():
+    with pytest.raises(ArgsError, match="unknown argument 'num_generation'; did you mean 'num_generations'"):
+        grpo_defaults().num_generation = 8
+
+
+SCRIPT = """
+    import vfrl as vf
+
+    env = vf.load_environment("reverse-text")
+    model, tokenizer = vf.get_model_and_tokenizer({model!r})
+    args = vf.grpo_defaults(run_name="script", output_dir="outputs")
+    args.max_steps = 3
+    args.per_device_train_batch_size = 8
+    args.num_generations = 4
+    args.gradient_accumulation_steps = 1
+    args.max_completion_length = 8
+    trainer = vf.GRPOTrainer(model=model, processing_class=tokenizer, env=env, args=args,
+                             peft_config=vf.lora_defaults(),
+                             inference={{"args": {{"dtype": "float32", "max_model_len": 256, "enforce_eager": True}}}})
+    run_dir = trainer.train()
+    trainer.save_model("saved-adapter")
+    print("RUN_DIR", run_dir)
+"""
+
+
+@pytest.mark.e2e
+def test_the_guides_script_trains_for_real(tmp_path, tiny_model):
+    """The guide's script, with the tiny model: vf-vllm started and stopped by the trainer, an adapter
+    loaded each step, the same metrics and run directory as vf-rl's, nothing left running."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(SCRIPT.format(model=str(tiny_model))))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=900,
+                          env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_dir = Path(done.stdout.split("RUN_DIR ")[-1].strip())
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2, 3] and all(m["rollouts"] == 8 for m in metrics if "rollouts" in m)
+    server_log = (run_dir / "logs" / "inference.log").read_text()
+    for version in range(4):
+        assert f"Loaded new LoRA adapter: name 'policy-{version}'" in server_log
+    assert "step 3/3 | reward" in done.stdout
+    assert (tmp_path / "saved-adapter" / "adapter_config.json").exists()
+    pid = int((run_dir / "inference.pid").read_text())
+    assert not Path(f"/proc/{pid}").exists(), "vf-vllm still running after train()"
+    left = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True).stdout.split()
+    assert left == [], left
