@@ -4,7 +4,7 @@
 It answers the way vLLM does in its default `output_mode="tokens"`: `choices[0].token_ids`, one
 logprob per sampled token with the token written `token_id:<id>`, and `finish_reason`. The reply is
 the user's last message reversed (decoded and encoded with the served model's tokenizer) followed
-by the first stop token, each sampled token's logprob `-1 - position / 1000` so a test can tell
+by the first stop token (`refuse=True`: HTTP 400 instead), each sampled token's logprob `-1 - position / 1000` so a test can tell
 where every logprob landed. Every request body and Authorization header is kept in `requests`.
 """
 
@@ -14,11 +14,11 @@ from aiohttp import web
 
 
 class FakeGenerate:
-    def __init__(self, model_dir: str, adapter: str = "policy-0"):
+    def __init__(self, model_dir: str, adapter: str = "policy-0", refuse: bool = False):
         from transformers import AutoTokenizer
 
         self.tok = AutoTokenizer.from_pretrained(model_dir)
-        self.model_dir, self.adapter = model_dir, adapter
+        self.model_dir, self.adapter, self.refuse = model_dir, adapter, refuse
         self.requests: list[dict] = []
         self.runner: web.AppRunner | None = None
         self.base_url = ""
@@ -26,6 +26,8 @@ class FakeGenerate:
     async def generate(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.requests.append({"auth": request.headers.get("Authorization"), "body": body})
+        if self.refuse:  # as vLLM refuses a request it cannot serve
+            return web.json_response({"error": {"message": "refused by the fake server"}}, status=400)
         prompt = body["token_ids"]
         text = self.tok.decode(prompt)
         word = text.split("user\n")[-1].split("<|im_end|>")[0]

@@ -28,13 +28,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from vfrl.environments.environment import Environment, Rollout
 from vfrl.environments.faults import RolloutFaults, one_line, start_clock, time_left
+from vfrl.inference.scale_out import find_uv
 
 API_KEY_VAR = "VFRL_V1_API_KEY"  # verifiers' client reads the key from an environment variable
 # sampling keys vLLM's SamplingParams takes, as the Orchestrator names them
@@ -64,11 +64,6 @@ def is_v1_module(module) -> bool:
     names = getattr(module, "__all__", None) or [n for n in dir(module) if not n.startswith("_")]
     return any(isinstance(obj := getattr(module, n, None), type) and issubclass(obj, v1.Taskset)
                and obj is not v1.Taskset for n in names)
-
-
-def find_uv() -> str | None:
-    """uv on PATH, else next to this Python (a venv that was not activated)."""
-    return shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
 
 
 def ensure_uv(env_id: str) -> None:

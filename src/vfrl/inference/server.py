@@ -174,8 +174,13 @@ def serve(
 
 def config_argv(cfg, port: int | None = None) -> list[str]:
     """The server command vf-vllm runs for a resolved config (`port` overrides inference.port)."""
+    from vfrl.inference.scale_out import scale_out_enabled
+
+    extra = dict(cfg.inference.args)
+    if "enable_scale_out" not in extra and scale_out_enabled(cfg.inference.enable_scale_out, cfg.env.id):
+        extra["enable_scale_out"] = True  # verifiers 0.4's /inference/v1/generate (inference/scale_out.py)
     return server_argv(cfg.model, cfg.inference.host, port or cfg.inference.port,
-                       lora_rank_ceiling(cfg.args.lora_rank) if cfg.args.use_lora else None, cfg.inference.args)
+                       lora_rank_ceiling(cfg.args.lora_rank) if cfg.args.use_lora else None, extra)
 
 
 def main() -> None:

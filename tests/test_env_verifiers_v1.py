@@ -1,0 +1,207 @@
+"""verifiers 0.4 (`verifiers.v1`) environment packages, trained unchanged (environments/verifiers_v1.py).
+
+tests/v1_pkgs/v1_reverse is a small 0.4 package written only against verifiers' public API. The
+light tests run it in-process against a fake of vLLM's `/inference/v1/generate` (tests/fake_generate.py);
+the e2e test samples it through the real vLLM CPU server. Each needs verifiers 0.4 (vfrl's
+`verifiers` extra) and uv (verifiers runs its agents as uv scripts), and is skipped, saying so, without.
+"""
+
+import asyncio
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from vfrl.environments.faults import RolloutFaults
+from vfrl.environments.verifiers_v1 import DroppedEpisode, episode_rollout
+from vfrl.inference.scale_out import find_uv, is_verifiers_package
+
+PKGS = Path(__file__).parent / "v1_pkgs"
+sys.path.insert(0, str(PKGS))
+
+try:
+    import verifiers.v1  # noqa: F401
+
+    HAVE_V1 = True
+except ImportError:
+    HAVE_V1 = False
+
+needs_v1 = pytest.mark.skipif(not HAVE_V1, reason="verifiers 0.4 is not installed (pip install -e '.[verifiers]')")
+needs_uv = pytest.mark.skipif(find_uv() is None, reason="uv is not installed (verifiers runs its agents as uv scripts)")
+
+
+# --- what becomes of an episode (no verifiers needed: episodes are duck-typed) ---
+
+def branch(ids, mask, logprobs, trainable=True, messages=()):
+    return SimpleNamespace(token_ids=ids, sampled_mask=mask, logprobs=logprobs, trainable=trainable,
+                           messages=list(messages))
+
+
+def episode(*traces, ok=True, errors=()):
+    return SimpleNamespace(ok=ok, errors=list(errors), traces=list(traces))
+
+
+def trace(*branches, reward=0.5, trainable=True, ok=True, errors=()):
+    return SimpleNamespace(branches=list(branches), agent=SimpleNamespace(trainable=trainable), reward=reward,
+                           rewards={"exact": SimpleNamespace(score=reward)}, metrics={"len": 3.0, "none": None},
+                           is_truncated=False, ok=ok, errors=list(errors))
+
+
+def test_a_multi_turn_branch_keeps_its_tokens_mask_and_logprobs():
+    # prompt 3 tokens, a reply of 2, 2 environment tokens, a reply of 2
+    b = branch([1, 2, 3, 10, 11, 4, 5, 12, 13], [0, 0, 0, 1, 1, 0, 0, 1, 1],
+               [0.0, 0.0, 0.0, -0.1, -0.2, 0.0, 0.0, -0.3, -0.4],
+               messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"},
+                         {"role": "user", "content": "more"}, {"role": "assistant", "content": "b"}])
+    r = episode_rollout(episode(trace(b, reward=0.75)), example_id=7, answer="x", policy="policy-3")
+    assert r.prompt_ids == [1, 2, 3] and r.completion_ids == [10, 11, 4, 5, 12, 13]
+    assert r.completion_mask == [1, 1, 0, 0, 1, 1]
+    assert r.completion_logprobs == [-0.1, -0.2, 0.0, 0.0, -0.3, -0.4]
+    assert r.turn_spans == [(0, 2), (4, 6)]
+    assert r.reward == 0.75 and r.metrics == {"exact": 0.75, "len": 3.0}
+    assert r.prompt == [{"role": "user", "content": "q"}] and len(r.completion) == 3
+    assert (r.example_id, r.answer, r.policy) == (7, "x", "policy-3")
+
+
+def test_traces_of_agents_that_do_not_train_are_left_out():
+    judge = trace(branch([1, 9], [0, 1], [0.0, -1.0]), trainable=False)
+    r = episode_rollout(episode(judge, trace(branch([1, 2, 3], [0, 1, 1], [0.0, -0.5, -0.6]))), 0, "", "p")
+    assert r.completion_ids == [2, 3]
+
+
+@pytest.mark.parametrize("ep, kind", [
+    (episode(trace(branch([1, 2], [0, 1], [0, -1.0]), branch([1, 3], [0, 1], [0, -1.0]))), "unsupported"),
+    (episode(trace(branch([1, 2], [0, 1], [0, -1.0])), trace(branch([1, 3], [0, 1], [0, -1.0]))), "unsupported"),
+    (episode(trace(branch([1, 2], [0, 0], [0, 0.0]))), "failed"),
+    (episode(trace(ok=False, errors=[SimpleNamespace(type="HarnessError", message="exit 1\nlog")]), ok=False),
+     "failed"),
+])
+def test_episodes_it_cannot_train_are_dropped_with_a_one_line_reason(ep, kind):
+    with pytest.raises(DroppedEpisode) as e:
+        episode_rollout(ep, 0, "", "p")
+    assert e.value.kind == kind and "\n" not in str(e.value)
+
+
+def test_scale_out_is_on_for_a_verifiers_package_only():
+    from vfrl.config import RLConfig
+    from vfrl.inference.server import config_argv
+
+    assert is_verifiers_package("v1-reverse") and is_verifiers_package("v1_reverse")
+    assert not is_verifiers_package("reverse-text") and not is_verifiers_package("no-such-env")
+    argv = lambda env, **inf: config_argv(RLConfig.model_validate({"model": "m", "env": {"id": env}, "inference": inf}))
+    assert "--enable-scale-out" in argv("v1-reverse")
+    assert "--enable-scale-out" not in argv("reverse-text")
+    assert "--enable-scale-out" in argv("reverse-text", enable_scale_out=True)
+    assert "--enable-scale-out" not in argv("v1-reverse", enable_scale_out=False)
+
+
+def test_missing_uv_is_one_line_before_anything_starts(monkeypatch):
+    from vfrl.inference import scale_out
+    from vfrl.launcher.plan import environment_problem
+
+    monkeypatch.setattr(scale_out, "find_uv", lambda: None)
+    problem = environment_problem("v1-reverse")
+    assert problem and "uv" in problem and "\n" not in problem
+    assert environment_problem("reverse-text") is None
+
+
+def test_a_verifiers_package_without_verifiers_installed_is_one_line(monkeypatch):
+    from vfrl.environments.loader import EnvironmentLoadError, load_environment
+
+    monkeypatch.setitem(sys.modules, "verifiers", None)  # import verifiers fails, as when it is not installed
+    monkeypatch.delitem(sys.modules, "v1_reverse", raising=False)
+    with pytest.raises(EnvironmentLoadError, match=r"verifiers extra") as e:
+        load_environment("v1-reverse")
+    assert "\n" not in str(e.value)
+
+
+# --- the package itself, in-process, against the fake generate route ---
+
+@needs_v1
+def test_missing_uv_at_load_is_one_line(monkeypatch):
+    from vfrl.environments import verifiers_v1
+    from vfrl.environments.loader import EnvironmentLoadError, load_environment
+
+    monkeypatch.setattr(verifiers_v1, "find_uv", lambda: None)
+    with pytest.raises(EnvironmentLoadError, match=r"uv is not installed"):
+        load_environment("v1-reverse")
+
+
+@needs_v1
+@needs_uv
+def test_orchestrator_samples_a_v1_package_through_the_generate_route(tiny_model):
+    """The trainer's own Orchestrator, unchanged, on a verifiers 0.4 package: every Rollout's ids are
+    exactly what was sent to and returned by /inference/v1/generate, with its mask, logprobs and reward."""
+    from openai import AsyncOpenAI
+
+    from fake_generate import FakeGenerate
+    from vfrl.config import TrainerArgs
+    from vfrl.environments.loader import load_environment
+    from vfrl.environments.verifiers_v1 import V1Environment
+    from vfrl.trainer.orchestrator import Orchestrator
+
+    env = load_environment("v1-reverse")
+    assert isinstance(env, V1Environment) and len(env.dataset) == 6
+    assert env.dataset[1]["prompt"] == [{"role": "system", "content": "Reverse the text."},
+                                       {"role": "user", "content": "hello"}]
+
+    async def run():
+        async with FakeGenerate(str(tiny_model), adapter="policy-2") as fake:
+            client = AsyncOpenAI(base_url=fake.base_url, api_key="the-key")
+            args = TrainerArgs(batch_size=4, rollouts_per_example=2, max_tokens=16, eval_strategy="no",
+                               rollout_timeout=240)
+            batch = await Orchestrator(env, client, args).generate(0, "policy-2", 2)
+            await env.aclose()
+            return batch, fake.requests
+
+    batch, requests = asyncio.run(run())
+    assert len(batch.rollouts) == 4 and batch.sizes() == [2, 2] and batch.metrics["rollouts_dropped"] == 0
+    assert len(requests) == 4
+    assert {r["auth"] for r in requests} == {"Bearer the-key"}
+    assert {r["body"]["model"] for r in requests} == {"policy-2"}  # the adapter, chosen by model name
+    seeds = sorted(r["body"]["sampling_params"]["seed"] for r in requests)
+    assert seeds[0] + 1 == seeds[1] and seeds[2] + 1 == seeds[3]  # the group's seed, + j per sample
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_model))
+    for r in batch.rollouts:
+        word = env.dataset[r.example_id]["prompt"][-1]["content"]
+        sent = next(q["body"] for q in requests if q["body"]["token_ids"] == r.prompt_ids)  # the ids verifiers sent
+        assert tok.decode(r.prompt_ids).endswith("\n") and word in tok.decode(r.prompt_ids)
+        assert r.completion_ids == tok.encode(word[::-1], add_special_tokens=False) + [tok.eos_token_id]
+        assert r.completion_mask == [1] * len(r.completion_ids)
+        n = len(r.prompt_ids)
+        assert r.completion_logprobs == pytest.approx([-1 - (n + i) / 1000 for i in range(len(r.completion_ids))])
+        assert r.reward == 1.0 and r.metrics == {"exact": 1.0, "reply_len": float(len(word))}
+        assert r.completion == [{"role": "assistant", "content": word[::-1]}]
+        assert sent["sampling_params"]["max_tokens"] == 16
+
+
+@needs_v1
+@needs_uv
+def test_a_failing_episode_is_dropped_and_counted(tiny_model, monkeypatch):
+    """A server that refuses every generate request: each episode fails, is dropped and counted, and a
+    batch with nothing left stops in one line."""
+    from openai import AsyncOpenAI
+
+    from fake_generate import FakeGenerate
+    from vfrl.config import TrainerArgs
+    from vfrl.environments.loader import load_environment
+    from vfrl.trainer.orchestrator import Orchestrator
+    from vfrl.trainer.step_faults import BatchLost
+
+    env = load_environment("v1-reverse")
+
+    async def run():
+        async with FakeGenerate(str(tiny_model), refuse=True) as fake:
+            client = AsyncOpenAI(base_url=fake.base_url, api_key="k")
+            args = TrainerArgs(batch_size=2, rollouts_per_example=2, max_tokens=8, eval_strategy="no")
+            try:
+                return await Orchestrator(env, client, args).generate(0, "policy-0", 0)
+            finally:
+                await env.aclose()
+
+    with pytest.raises(BatchLost, match=r"all 2 rollouts were dropped: 2 failed \(verifiers episode failed") as e:
+        asyncio.run(run())
+    assert "\n" not in str(e.value)
