@@ -1,8 +1,9 @@
 """A fake of vLLM's token-in/token-out route (`POST /inference/v1/generate`, served with
 `--enable-scale-out`) and `/v1/models`, for testing verifiers 0.4 environments in-process.
 
-It answers the way vLLM does in its default `output_mode="tokens"`: `choices[0].token_ids`, one
-logprob per sampled token with the token written `token_id:<id>`, and `finish_reason`. The reply is
+It answers the way vLLM 0.32 does in its default `output_mode="tokens"` (`choices[0].token_ids`,
+one `{"token_id", "logprob"}` per sampled token, `finish_reason`) as vf-vllm passes it on: with the
+`token: "token_id:<id>"` placeholder verifiers' client requires (inference/generate_compat.py). The reply is
 the user's last message reversed (decoded and encoded with the served model's tokenizer) followed
 by the first stop token (`refuse=True`: HTTP 400 instead), each sampled token's logprob `-1 - position / 1000` so a test can tell
 where every logprob landed. Every request body and Authorization header is kept in `requests`.
@@ -11,6 +12,8 @@ where every logprob landed. Every request body and Authorization header is kept 
 from __future__ import annotations
 
 from aiohttp import web
+
+from vfrl.inference.generate_compat import with_placeholders
 
 
 class FakeGenerate:
@@ -36,9 +39,10 @@ class FakeGenerate:
         finish = "length" if len(ids) == body["sampling_params"].get("max_tokens") else "stop"
         if finish == "stop":
             ids = ids + stop[:1]
-        content = [{"token": f"token_id:{t}", "logprob": -1.0 - (len(prompt) + i) / 1000} for i, t in enumerate(ids)]
-        return web.json_response({"request_id": f"r{len(self.requests)}", "choices": [
-            {"index": 0, "token_ids": ids, "finish_reason": finish, "logprobs": {"content": content}}]})
+        # vLLM 0.32's shape (`token_id`, no `token`), then vf-vllm's rewrite of it (inference/generate_compat.py)
+        content = [{"token_id": t, "logprob": -1.0 - (len(prompt) + i) / 1000} for i, t in enumerate(ids)]
+        return web.json_response(with_placeholders({"request_id": f"r{len(self.requests)}", "choices": [
+            {"index": 0, "token_ids": ids, "finish_reason": finish, "logprobs": {"content": content}}]}))
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [

@@ -96,6 +96,33 @@ def test_scale_out_is_on_for_a_verifiers_package_only():
     assert "--enable-scale-out" not in argv("v1-reverse", enable_scale_out=False)
 
 
+def test_vf_vllm_serves_generate_in_the_shape_verifiers_reads():
+    """vLLM 0.32 writes `token_id` alone; verifiers' client needs `token: "token_id:N"`: vf-vllm's
+    middleware adds it on /inference/v1/generate and leaves every other response as it is."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+    from starlette.testclient import TestClient
+
+    from vfrl.config import RLConfig
+    from vfrl.inference.generate_compat import COMPAT_MIDDLEWARE, TokenIdPlaceholders
+    from vfrl.inference.server import AUTH_MIDDLEWARE, config_argv
+
+    entry = {"token_id": 31, "logprob": -0.5, "top_logprobs": [{"token_id": 31, "logprob": -0.5}]}
+    vllm_reply = {"choices": [{"index": 0, "token_ids": [31], "logprobs": {"content": [entry]}}]}
+    app = Starlette(routes=[Route("/inference/v1/generate", lambda r: JSONResponse(vllm_reply), methods=["POST"]),
+                            Route("/v1/other", lambda r: JSONResponse(vllm_reply), methods=["POST"])])
+    with TestClient(TokenIdPlaceholders(app)) as http:
+        got = http.post("/inference/v1/generate").json()["choices"][0]["logprobs"]["content"][0]
+        assert got["token"] == "token_id:31" and got["top_logprobs"][0]["token"] == "token_id:31"
+        assert got["logprob"] == -0.5 and got["token_id"] == 31
+        assert http.post("/v1/other").json() == vllm_reply
+    argv = config_argv(RLConfig.model_validate({"model": "m", "env": {"id": "v1-reverse"}}))
+    # vLLM runs the last --middleware first: the API key is checked before the rewrite
+    assert argv[-4:] == ["--middleware", COMPAT_MIDDLEWARE, "--middleware", AUTH_MIDDLEWARE]
+    assert COMPAT_MIDDLEWARE not in config_argv(RLConfig.model_validate({"model": "m", "env": {"id": "reverse-text"}}))
+
+
 def test_missing_uv_is_one_line_before_anything_starts(monkeypatch):
     from vfrl.inference import scale_out
     from vfrl.launcher.plan import environment_problem
@@ -205,3 +232,62 @@ def test_a_failing_episode_is_dropped_and_counted(tiny_model, monkeypatch):
     with pytest.raises(BatchLost, match=r"all 2 rollouts were dropped: 2 failed \(verifiers episode failed") as e:
         asyncio.run(run())
     assert "\n" not in str(e.value)
+
+
+# --- the real vLLM CPU server ---
+
+@needs_v1
+@needs_uv
+@pytest.mark.e2e
+def test_v1_package_samples_through_the_real_vllm_server(tiny_model, tmp_path, monkeypatch):
+    """vf-vllm for a verifiers package turns --enable-scale-out on by itself; the trainer's Orchestrator
+    samples it through /inference/v1/generate. verifiers renders the prompt on its side: its ids must be
+    the server's own rendering, and the trainer's logprobs of the sampled tokens must match vLLM's."""
+    import httpx
+    import tomli_w
+    import torch
+    from openai import AsyncOpenAI
+    from transformers import AutoModelForCausalLM
+
+    from conftest import free_port, max_logprob_gap, vf_vllm
+    from vfrl.config import TrainerArgs
+    from vfrl.environments.loader import load_environment
+    from vfrl.trainer.orchestrator import Orchestrator
+
+    monkeypatch.setenv("PYTHONPATH", str(PKGS))  # vf-vllm finds the package (and so the flag) the way vf-rl would
+    port, key = free_port(), "v1-test-key"
+    config = tmp_path / "config.toml"
+    config.write_text(tomli_w.dumps({
+        "model": str(tiny_model), "env": {"id": "v1-reverse"},
+        "inference": {"port": port, "args": {"dtype": "float32", "max_model_len": 1024, "enforce_eager": True}}}))
+    env = load_environment("v1-reverse")
+    log = tmp_path / "server.log"
+    with vf_vllm(config, port, key, log) as base_url:
+        assert "--enable-scale-out" in log.read_text().splitlines()[0]
+
+        async def run():
+            client = AsyncOpenAI(base_url=base_url, api_key=key)
+            args = TrainerArgs(batch_size=4, rollouts_per_example=2, max_tokens=12, eval_strategy="no",
+                               rollout_timeout=240)
+            try:
+                return await Orchestrator(env, client, args).generate(0, str(tiny_model), 0)
+            finally:
+                await env.aclose()
+
+        batch = asyncio.run(run())
+        with httpx.Client(base_url=base_url.removesuffix("/v1"), headers={"Authorization": f"Bearer {key}"}) as http:
+            rendered = {}
+            for r in batch.rollouts:
+                if r.example_id not in rendered:
+                    got = http.post("/tokenize", json={"model": str(tiny_model), "messages": r.prompt,
+                                                       "add_generation_prompt": True})
+                    assert got.status_code == 200, got.text
+                    rendered[r.example_id] = got.json()["tokens"]
+    assert len(batch.rollouts) == 4 and batch.metrics["rollouts_dropped"] == 0
+    for r in batch.rollouts:
+        assert r.prompt_ids == rendered[r.example_id]  # verifiers' rendering is the server's
+        assert 0 < len(r.completion_ids) <= 12 and r.completion_mask == [1] * len(r.completion_ids)
+        assert len(r.completion_logprobs) == len(r.completion_ids) and all(lp <= 0 for lp in r.completion_logprobs)
+        assert r.reward in (0.0, 1.0) and set(r.metrics) == {"exact", "reply_len"}
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model), dtype=torch.float32).eval()
+    assert max_logprob_gap(model, batch.rollouts) < 1e-4

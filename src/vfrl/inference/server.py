@@ -116,8 +116,15 @@ def server_argv(model: str, host: str, port: int, max_lora_rank: int | None, ext
         # then defaults to at least max_model_len).
         args["enable_chunked_prefill"] = False  # -> --no-enable-chunked-prefill
     args.update(extra)
-    # outside `args`, so inference.args cannot drop it (vLLM appends every --middleware it is given)
-    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *flag_args(args), "--middleware", AUTH_MIDDLEWARE]
+    compat = []
+    if args.get("enable_scale_out"):
+        from vfrl.inference.generate_compat import COMPAT_MIDDLEWARE
+
+        compat = ["--middleware", COMPAT_MIDDLEWARE]  # /inference/v1/generate as verifiers 0.4 reads it
+    # outside `args`, so inference.args cannot drop it (vLLM appends every --middleware it is given; the
+    # last one given runs first, so the API key is checked before anything else)
+    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *flag_args(args), *compat,
+            "--middleware", AUTH_MIDDLEWARE]
 
 
 def server_env(base: dict[str, str], full_weights: bool = False) -> dict[str, str]:
