@@ -26,7 +26,6 @@ the step's warning line); when a whole batch is dropped the run stops with that 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import sys
 from pathlib import Path
@@ -147,13 +146,16 @@ class V1Environment(Environment):
         self.tasks = list(self.v1_env.taskset)
         super().__init__(dataset=[task_row(t, i) for i, t in enumerate(self.tasks)], env_id=env_id)
         self.renderer_model_name: str | None = None  # the base model (its tokenizer); found on /v1/models
-        self._serving: contextlib.AsyncExitStack | None = None
+        self._serving: tuple[asyncio.Task, asyncio.Event] | None = None
         self._loop = None
         self._lock: asyncio.Lock | None = None
         self._lock_loop = None
 
     async def _open(self, client) -> None:
-        """Open `env.serving()` once per event loop; find the base model whose tokenizer renders prompts."""
+        """Open `env.serving()` once per event loop; find the base model whose tokenizer renders prompts.
+
+        The serving context lives in a task of its own, which enters and leaves it (its servers and task
+        groups must be left by the task that entered them); `aclose` ends it."""
         loop = asyncio.get_running_loop()
         if self._loop is loop:
             return
@@ -164,14 +166,26 @@ class V1Environment(Environment):
                 return
             if self.renderer_model_name is None:
                 self.renderer_model_name = await base_model(client)
-            stack = contextlib.AsyncExitStack()
-            await stack.enter_async_context(self.v1_env.serving())
-            self._serving, self._loop = stack, loop
+            ready, stop = asyncio.Event(), asyncio.Event()
+
+            async def serve() -> None:
+                async with self.v1_env.serving():
+                    ready.set()
+                    await stop.wait()
+
+            task, waiter = asyncio.create_task(serve()), asyncio.create_task(ready.wait())
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            if task.done():
+                task.result()  # serving() raised: let it say why
+            self._serving, self._loop = (task, stop), loop
 
     async def aclose(self) -> None:
+        """Leave `env.serving()` (its interception server, shared tools); the next rollout opens it again."""
         if self._serving is not None:
-            stack, self._serving, self._loop = self._serving, None, None
-            await stack.aclose()
+            (task, stop), self._serving, self._loop = self._serving, None, None
+            stop.set()
+            await task
 
     def context(self, client, model: str, sampling: dict[str, Any]):
         vf = self.vf
