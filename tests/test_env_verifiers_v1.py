@@ -291,3 +291,40 @@ def test_v1_package_samples_through_the_real_vllm_server(tiny_model, tmp_path, m
         assert r.reward in (0.0, 1.0) and set(r.metrics) == {"exact", "reply_len"}
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model), dtype=torch.float32).eval()
     assert max_logprob_gap(model, batch.rollouts) < 1e-4
+
+
+@needs_v1
+@needs_uv
+@pytest.mark.e2e
+def test_vf_rl_trains_a_v1_package_two_steps(tiny_model, tmp_path):
+    """`vf-rl @ config` with `env.id` a verifiers 0.4 package: scale-out on by itself, two steps trained
+    from its rollouts, exit code 0, nothing on stderr (the environment's serving closes in its loop)."""
+    import json
+    import os
+    import subprocess
+
+    import tomli_w
+    import tomllib
+
+    from conftest import BIN, write_config
+
+    cfg = write_config(tmp_path / "cfg.toml", tiny_model, port=0, output_dir=tmp_path / "outputs", max_steps=2,
+                       batch_size=8, rollouts_per_example=2, eval_strategy="no")
+    config = tomllib.loads(cfg.read_text())
+    config["env"]["id"] = "v1-reverse"
+    cfg.write_text(tomli_w.dumps(config))
+    socket_name = f"vfrl-v1-{tmp_path.name}"
+    try:
+        done = subprocess.run([str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", socket_name],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                              env={**os.environ, "PYTHONPATH": str(PKGS)})
+    finally:
+        subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True)
+    run_dir = tmp_path / "outputs" / "test"
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "Traceback" not in (run_dir / "logs" / "trainer.log").read_text()
+    assert "--enable-scale-out" in (run_dir / "logs" / "inference.log").read_text()
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps] == [1, 2] and all(s["rollouts_dropped"] == 0 for s in steps)
+    rollouts = [json.loads(line) for line in (run_dir / "rollouts" / "step_1.jsonl").read_text().splitlines()]
+    assert len(rollouts) == 8 and set(rollouts[0]["metrics"]) == {"exact", "reply_len"}
