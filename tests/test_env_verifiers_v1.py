@@ -7,15 +7,19 @@ the e2e test samples it through the real vLLM CPU server. Each needs verifiers 0
 """
 
 import asyncio
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from vfrl.environments.faults import RolloutFaults
 from vfrl.environments.verifiers_v1 import DroppedEpisode, episode_rollout
 from vfrl.inference.scale_out import find_uv, is_verifiers_package
+
+from conftest import BIN
 
 PKGS = Path(__file__).parent / "v1_pkgs"
 sys.path.insert(0, str(PKGS))
@@ -275,6 +279,13 @@ def test_v1_package_samples_through_the_real_vllm_server(tiny_model, tmp_path, m
                 await env.aclose()
 
         batch = asyncio.run(run())
+        # vf-eval runs the same package against the same server
+        evaluated = subprocess.run([str(BIN / "vf-eval"), "v1-reverse", "-b", base_url, "-k", "V1_TEST_KEY", "-n", "2",
+                                    "-r", "1", "-t", "12", "-o", str(tmp_path / "eval")], capture_output=True, text=True,
+                                   timeout=300, env={**os.environ, "V1_TEST_KEY": key})
+        assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+        records = [json.loads(line) for line in (tmp_path / "eval" / "results.jsonl").read_text().splitlines()]
+        assert len(records) == 2 and all(r["prompt_ids"] and r["completion_ids"] for r in records)
         with httpx.Client(base_url=base_url.removesuffix("/v1"), headers={"Authorization": f"Bearer {key}"}) as http:
             rendered = {}
             for r in batch.rollouts:
@@ -298,15 +309,11 @@ def test_v1_package_samples_through_the_real_vllm_server(tiny_model, tmp_path, m
 @pytest.mark.e2e
 def test_vf_rl_trains_a_v1_package_two_steps(tiny_model, tmp_path):
     """`vf-rl @ config` with `env.id` a verifiers 0.4 package: scale-out on by itself, two steps trained
-    from its rollouts, exit code 0, nothing on stderr (the environment's serving closes in its loop)."""
-    import json
-    import os
-    import subprocess
-
+    from its rollouts, exit code 0, no traceback (the environment's serving closes in its loop)."""
     import tomli_w
     import tomllib
 
-    from conftest import BIN, write_config
+    from conftest import write_config
 
     cfg = write_config(tmp_path / "cfg.toml", tiny_model, port=0, output_dir=tmp_path / "outputs", max_steps=2,
                        batch_size=8, rollouts_per_example=2, eval_strategy="no")
