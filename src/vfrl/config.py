@@ -62,6 +62,10 @@ class InferenceConfig(Strict):
         default_factory=dict, description="Extra vLLM server flags: `enforce_eager = true` -> `--enforce-eager`, "
         "`enable_prefix_caching = false` -> `--no-enable-prefix-caching`."
     )
+    enable_scale_out: bool | Literal["auto"] = Field(
+        "auto", description="Serve vLLM's scale-out routes (`--enable-scale-out`: `/inference/v1/generate`, "
+        "`/render`, behind the API key), which verifiers 0.4 environments sample through. auto: on when env.id "
+        "is a verifiers package (its distribution requires verifiers, or its source imports it).")
 
 
 class TrainerArgs(Strict):

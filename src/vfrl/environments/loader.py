@@ -17,6 +17,7 @@ from pathlib import Path
 
 from vfrl.environments.environment import Environment
 from vfrl.environments.faults import one_line
+from vfrl.environments.verifiers_v1 import V1EnvironmentError, is_v1_module
 
 ENTRY_POINT_GROUP = "vfrl.environments"
 
@@ -49,6 +50,18 @@ def failure(what: str, e: BaseException) -> EnvironmentLoadError:
     return EnvironmentLoadError(one_line(f"{what} {type(e).__name__}: {e}" + (f" (at {at})" if at else ""), 400))
 
 
+def load_v1_environment(env_id: str, package: str, env_args: dict) -> Environment:
+    """A verifiers 0.4 taskset package, wrapped for vfrl (verifiers_v1.py); `env_args` go to its taskset config."""
+    from vfrl.environments.verifiers_v1 import V1Environment
+
+    try:
+        return V1Environment(env_id, env_args)
+    except V1EnvironmentError as e:
+        raise EnvironmentLoadError(str(e)) from None
+    except Exception as e:
+        raise failure(f"environment '{env_id}' ({package}, verifiers 0.4): loading it raised", e) from e
+
+
 def load_environment(env_id: str, **env_args) -> Environment:
     """`reverse-text` -> the `vfrl.environments` entry point of that name, else module `reverse_text`.
 
@@ -69,6 +82,10 @@ def load_environment(env_id: str, **env_args) -> Environment:
         try:
             target = importlib.import_module(module_name)
         except ModuleNotFoundError as e:
+            if (e.name or "").split(".")[0] == "verifiers":
+                raise EnvironmentLoadError(
+                    f"environment '{env_id}' ({package}) is written for the verifiers library, which is not installed "
+                    f"here; install vfrl's verifiers extra: pip install -e '.[verifiers]' (verifiers 0.4)") from None
             if e.name != module_name:
                 raise failure(f"environment '{env_id}' ({package}): importing it raised", e) from e
             have = ", ".join(installed_environments()) or "none"
@@ -78,6 +95,8 @@ def load_environment(env_id: str, **env_args) -> Environment:
             ) from None
         except Exception as e:
             raise failure(f"environment '{env_id}' ({package}): importing it raised", e) from e
+    if inspect.ismodule(target) and is_v1_module(target):
+        return load_v1_environment(env_id, package, env_args)
     func = getattr(target, "load_environment", target)
     if not callable(func):
         raise EnvironmentNotFound(f"environment '{env_id}' ({package}) has no load_environment() function")

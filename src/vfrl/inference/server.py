@@ -117,8 +117,15 @@ def server_argv(model: str, host: str, port: int, max_lora_rank: int | None, ext
         # then defaults to at least max_model_len).
         args["enable_chunked_prefill"] = False  # -> --no-enable-chunked-prefill
     args.update(extra)
-    # outside `args`, so inference.args cannot drop it (vLLM appends every --middleware it is given)
-    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *flag_args(args), "--middleware", AUTH_MIDDLEWARE]
+    compat = []
+    if args.get("enable_scale_out"):
+        from vfrl.inference.generate_compat import COMPAT_MIDDLEWARE
+
+        compat = ["--middleware", COMPAT_MIDDLEWARE]  # /inference/v1/generate as verifiers 0.4 reads it
+    # outside `args`, so inference.args cannot drop it (vLLM appends every --middleware it is given; the
+    # last one given runs first, so the API key is checked before anything else)
+    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *flag_args(args), *compat,
+            "--middleware", AUTH_MIDDLEWARE]
 
 
 def server_env(base: dict[str, str], full_weights: bool = False) -> dict[str, str]:
@@ -167,8 +174,13 @@ def serve(
 
 def config_argv(cfg, port: int | None = None) -> list[str]:
     """The server command vf-vllm runs for a resolved config (`port` overrides inference.port)."""
+    from vfrl.inference.scale_out import scale_out_enabled
+
+    extra = dict(cfg.inference.args)
+    if "enable_scale_out" not in extra and scale_out_enabled(cfg.inference.enable_scale_out, cfg.env.id):
+        extra["enable_scale_out"] = True  # verifiers 0.4's /inference/v1/generate (inference/scale_out.py)
     return server_argv(cfg.model, cfg.inference.host, port or cfg.inference.port,
-                       lora_rank_ceiling(cfg.args.lora_rank) if cfg.args.use_lora else None, cfg.inference.args)
+                       lora_rank_ceiling(cfg.args.lora_rank) if cfg.args.use_lora else None, extra)
 
 
 def main() -> None:

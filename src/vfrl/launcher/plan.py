@@ -252,8 +252,12 @@ def environment_problem(env_id: str) -> str | None:
 
     names = sorted(ep.name for ep in entry_points(group="vfrl.environments"))
     module = env_id.replace("-", "_").split("/")[-1]
-    if env_id in names or env_id.replace("_", "-") in names or find_spec(module) is not None:
+    if env_id in names or env_id.replace("_", "-") in names:
         return None
+    if find_spec(module) is not None:
+        from vfrl.inference.scale_out import uv_problem
+
+        return uv_problem(env_id)  # a verifiers 0.4 package runs its agents as uv scripts
     return (f'env.id = "{env_id}" is invalid: no such environment is installed (installed: '
             f'{", ".join(names) or "none"}); install it with `vf-install {env_id}` or `pip install -e environments/{module}`')
 

@@ -335,6 +335,14 @@ class RLTrainer:
         # a daemon thread: a Ctrl-C or `vf-rl stop` during vLLM's start-up must not wait for vLLM to come up
         waited = await SERVER_CALLS.run(lambda: wait_for_server(self.base_url, 900, self.inference_pid_file))
         self.console.info(f"vLLM is up (waited {waited:.1f}s)")
+        try:
+            await self._train_and_watch()
+        finally:
+            if (close := getattr(self.env, "aclose", None)) is not None:  # a verifiers 0.4 environment's serving
+                with contextlib.suppress(Exception):                    # resources (verifiers_v1.py), in this loop
+                    await close()
+
+    async def _train_and_watch(self) -> None:
         loop = asyncio.create_task(self._train())
         watch = asyncio.create_task(watch_inference(self.base_url, self.inference_pid_file, self.args.inference_timeout))
         await asyncio.wait({loop, watch}, return_when=asyncio.FIRST_COMPLETED)

@@ -268,10 +268,14 @@ async def _run(env, env_id, env_args, opts, sampling, base_url, key_var, api_key
         if out is not None:
             _remove_if_empty(out / "results.jsonl")
         line = api_error_message(e, base_url, model or "?", key_var) if isinstance(e, Exception) else None
+        if line is None and getattr(e, "worded_for_users", False):  # e.g. a verifiers 0.4 env on a plain server
+            line = str(e)
         if line is None:
             raise
         fail(PROG, line)
     finally:
+        if hasattr(env, "aclose"):  # a verifiers 0.4 environment's serving resources (verifiers_v1.py)
+            await env.aclose()
         await client.close()
 
     summary = summarize(rollouts)

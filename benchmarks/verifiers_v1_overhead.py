@@ -1,0 +1,88 @@
+"""Evidence for docs/environments.md ("verifiers 0.4 environments"): what a rollout costs through a
+verifiers 0.4 package against the same task written with vfrl's own API, on the same vLLM server.
+
+    .venv/bin/python benchmarks/verifiers_v1_overhead.py        # needs vfrl's verifiers extra (and uv)
+
+Starts one vf-vllm on the embedded tiny model with `--enable-scale-out`, then samples with the
+trainer's Orchestrator: tests/v1_pkgs/v1_reverse (verifiers 0.4: uv-script harness subprocess per
+rollout, its interception server, client-side rendering, /inference/v1/generate) and the same six
+words, system prompt and exact-match reward as a vfrl SingleTurnEnv (chat completions). For each:
+one rollout alone (latency), then a batch of 8 (4 examples x 2) at max_concurrent 8. Prints JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import tomli_w
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "v1_pkgs"))
+
+from conftest import free_port, vf_vllm  # noqa: E402
+
+
+def vfrl_twin():
+    """The v1_reverse task written with vfrl's API."""
+    import vfrl
+    from v1_reverse import WORDS
+
+    def exact(completion, answer) -> float:
+        return float(completion[-1]["content"].strip() == answer)
+
+    return vfrl.SingleTurnEnv(dataset=[{"question": w, "answer": w[::-1]} for w in WORDS],
+                              system_prompt="Reverse the text.", rubric=vfrl.Rubric(funcs=[exact], weights=[1.0]))
+
+
+async def timed(env, client, model: str, batch: int) -> float:
+    from vfrl.config import TrainerArgs
+    from vfrl.trainer.orchestrator import Orchestrator
+
+    args = TrainerArgs(batch_size=batch, rollouts_per_example=min(batch, 2), max_tokens=12, eval_strategy="no",
+                       max_concurrent=8, rollout_timeout=600)
+    t0 = time.perf_counter()
+    out = await Orchestrator(env, client, args).generate(0, model, 0)
+    assert len(out.rollouts) == batch, out.warning
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    from openai import AsyncOpenAI
+
+    import os
+
+    from vfrl.environments.loader import load_environment
+
+    tiny = ROOT / "models" / "tiny-reverse"
+    key = "bench-key"
+    os.environ["PYTHONPATH"] = str(ROOT / "tests" / "v1_pkgs")
+    with tempfile.TemporaryDirectory() as tmp:
+        port = free_port()
+        config = Path(tmp) / "config.toml"
+        config.write_text(tomli_w.dumps({"model": str(tiny), "env": {"id": "v1-reverse"}, "inference": {
+            "port": port, "args": {"dtype": "float32", "max_model_len": 1024, "enforce_eager": True}}}))
+        t0 = time.perf_counter()
+        v1 = load_environment("v1-reverse")
+        load_v1 = time.perf_counter() - t0
+        with vf_vllm(config, port, key, Path(tmp) / "server.log") as base_url:
+            async def run():
+                client = AsyncOpenAI(base_url=base_url, api_key=key)
+                out = {"load_v1_s": round(load_v1, 2)}
+                for name, env in (("vfrl", vfrl_twin()), ("verifiers_v1", v1)):
+                    await timed(env, client, str(tiny), 1)  # warm-up: first harness sync, first requests
+                    out[name] = {"single_rollout_s": [round(await timed(env, client, str(tiny), 1), 2) for _ in range(3)],
+                                 "batch_of_8_s": round(await timed(env, client, str(tiny), 8), 2)}
+                await v1.aclose()
+                return out
+
+            print(json.dumps(asyncio.run(run())))
+
+
+if __name__ == "__main__":
+    main()

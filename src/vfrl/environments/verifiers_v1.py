@@ -1,0 +1,254 @@
+"""A verifiers 0.4 (`verifiers.v1`) taskset trained as is: `V1Environment` wraps it as a vfrl Environment.
+
+The trainer's Orchestrator sees the same interface as for a vfrl environment (`dataset`,
+`eval_dataset`, `run_group`); underneath, each rollout is one verifiers episode:
+
+- the environment is `vf.load_environment(vf.resolve_env_config({"taskset": {"id": ..., **args},
+  "agent": {"runtime": {"type": "subprocess"}, "harness": {"id": "null"}}}))`: agents run here, as
+  local subprocesses (verifiers' uv-script harnesses), never in a remote sandbox;
+- its serving resources (`env.serving()`) open on the first rollout and stay open for the event loop;
+- `env.run_slot` samples through verifiers' train client, which renders the prompt with the base
+  model's tokenizer and posts token ids to vLLM's `/inference/v1/generate` (vLLM started with
+  `--enable-scale-out`; the adapter is chosen by the model name, as for vfrl's own requests);
+- a trainable branch becomes a `Rollout` from its own token ids, never re-tokenized: `prompt_ids`
+  are the ids before the first sampled token, `completion_ids` the rest, `completion_mask` is
+  verifiers' `sampled_mask` there (0 on tool/environment tokens between turns), the logprobs are the
+  sampling logprobs vLLM returned, the reward is the trace's reward (`@vf.reward` functions, weighted)
+  and the metrics are each reward's score and every `@vf.metric`.
+
+What trains: episodes with exactly one trainable branch (single-turn and linear multi-turn chat;
+traces of agents marked `trainable = False`, such as judges, are left out). An episode with several
+trainable branches (several trainable agents, forks, compaction, a turn verifiers had to re-render)
+or a failed episode is dropped and counted like any faulty rollout (`rollouts_dropped`, the reason on
+the step's warning line); when a whole batch is dropped the run stops with that line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from vfrl.environments.environment import Environment, Rollout
+from vfrl.environments.faults import RolloutFaults, one_line, start_clock, time_left
+from vfrl.inference.scale_out import find_uv
+
+API_KEY_VAR = "VFRL_V1_API_KEY"  # verifiers' client reads the key from an environment variable
+# sampling keys vLLM's SamplingParams takes, as the Orchestrator names them
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "presence_penalty", "frequency_penalty",
+                 "repetition_penalty", "seed")
+
+
+class V1EnvironmentError(RuntimeError):
+    """A verifiers 0.4 environment cannot run here; the message is one line for the user."""
+
+    worded_for_users = True  # vf-train prints the message alone (trainer/failure.py: describe)
+
+
+class DroppedEpisode(Exception):
+    """An episode with nothing vfrl trains on; `kind` is its fault kind, the message the reason."""
+
+    def __init__(self, kind: str, reason: str):
+        super().__init__(reason)
+        self.kind = kind
+
+
+def is_v1_module(module) -> bool:
+    """Does this imported module export a verifiers 0.4 Taskset (its `__all__`, as verifiers' loader reads it)?"""
+    v1 = sys.modules.get("verifiers.v1")  # never import verifiers for a module that did not
+    if v1 is None:
+        return False
+    names = getattr(module, "__all__", None) or [n for n in dir(module) if not n.startswith("_")]
+    return any(isinstance(obj := getattr(module, n, None), type) and issubclass(obj, v1.Taskset)
+               and obj is not v1.Taskset for n in names)
+
+
+def ensure_uv(env_id: str) -> None:
+    """verifiers runs every agent (even a plain chat loop) as a uv script: uv must be on PATH."""
+    uv = find_uv()
+    if uv is None:
+        raise V1EnvironmentError(
+            f"environment '{env_id}' is a verifiers 0.4 package: its agents run as uv scripts and uv is not "
+            f"installed; `pip install uv` (vfrl's verifiers extra includes it) or put uv on PATH")
+    folder = str(Path(uv).parent)
+    if folder not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = folder + os.pathsep + os.environ.get("PATH", "")
+
+
+def branch_rollout(branch, example_id: int, answer: Any, policy: str) -> Rollout:
+    """One trainable branch as a Rollout, from its own token ids, mask and logprobs."""
+    ids, mask, logprobs = list(branch.token_ids), [int(m) for m in branch.sampled_mask], list(branch.logprobs)
+    if not (len(ids) == len(mask) == len(logprobs)):
+        raise DroppedEpisode("failed", f"branch with {len(ids)} tokens, {len(mask)} mask and {len(logprobs)} logprobs")
+    if 1 not in mask:
+        raise DroppedEpisode("failed", "the episode's trainable branch has no sampled token")
+    cut = mask.index(1)
+    completion_mask = mask[cut:]
+    spans, start = [], None
+    for i, m in enumerate(completion_mask + [0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            spans.append((start, i))
+            start = None
+    msgs = [m.model_dump(exclude_none=True) if hasattr(m, "model_dump") else dict(m) for m in branch.messages]
+    first_reply = next((i for i, m in enumerate(msgs) if m.get("role") == "assistant"), len(msgs))
+    return Rollout(example_id=example_id, prompt=msgs[:first_reply], completion=msgs[first_reply:], answer=answer,
+                   prompt_ids=ids[:cut], completion_ids=ids[cut:], completion_logprobs=logprobs[cut:],
+                   completion_mask=completion_mask, policy=policy, turn_spans=spans, sequence_mode="tokens")
+
+
+def episode_rollout(episode, example_id: int, answer: Any, policy: str) -> Rollout:
+    """The Rollout of an episode with one trainable branch; DroppedEpisode for any other episode."""
+    if not episode.ok:
+        errors = [e for t in episode.traces for e in t.errors] + list(episode.errors)
+        why = f"{errors[0].type}: {errors[0].message}" if errors else "it did not complete"
+        raise DroppedEpisode("failed", one_line(f"verifiers episode failed, {why}", 300))
+    trainable = [(t, b) for t in episode.traces if getattr(t.agent, "trainable", True)
+                 for b in t.branches if b.trainable]
+    if len(trainable) != 1:
+        raise DroppedEpisode("unsupported", f"episode with {len(trainable)} trainable branches (vfrl trains "
+                                            f"episodes with exactly one)")
+    trace, branch = trainable[0]
+    rollout = branch_rollout(branch, example_id, answer, policy)
+    rollout.reward = float(trace.reward)
+    rollout.metrics = {name: float(r.score) for name, r in trace.rewards.items()}
+    rollout.metrics |= {name: float(v) for name, v in trace.metrics.items() if v is not None}
+    rollout.truncated = bool(trace.is_truncated)
+    return rollout
+
+
+def task_row(task, i: int) -> dict[str, Any]:
+    """A vfrl dataset row for a verifiers Task: its prompt as chat messages, its answer when it has one."""
+    data = task.data
+    prompt = data.prompt
+    messages = [] if data.system_prompt is None else [{"role": "system", "content": data.system_prompt}]
+    if isinstance(prompt, str):
+        messages.append({"role": "user", "content": prompt})
+    elif prompt:
+        messages += [m.model_dump(exclude_none=True) if hasattr(m, "model_dump") else dict(m) for m in prompt]
+    return {"prompt": messages, "answer": getattr(data, "answer", ""), "example_id": i}
+
+
+class V1Environment(Environment):
+    """A verifiers 0.4 environment, run by vfrl's trainer and vf-eval."""
+
+    def __init__(self, env_id: str, env_args: dict[str, Any] | None = None, harness: str = "null"):
+        import verifiers.v1 as vf
+
+        ensure_uv(env_id)
+        self.vf = vf
+        raw = {"taskset": {"id": env_id, **(env_args or {})},
+               "agent": {"runtime": {"type": "subprocess"}, "harness": {"id": harness}}}
+        self.v1_env = vf.load_environment(vf.resolve_env_config(raw))
+        self.tasks = list(self.v1_env.taskset)
+        super().__init__(dataset=[task_row(t, i) for i, t in enumerate(self.tasks)], env_id=env_id)
+        self.renderer_model_name: str | None = None  # the base model (its tokenizer); found on /v1/models
+        self._serving: tuple[asyncio.Task, asyncio.Event] | None = None
+        self._loop = None
+        self._lock: asyncio.Lock | None = None
+        self._lock_loop = None
+
+    async def _open(self, client) -> None:
+        """Open `env.serving()` once per event loop; find the base model whose tokenizer renders prompts.
+
+        The serving context lives in a task of its own, which enters and leaves it (its servers and task
+        groups must be left by the task that entered them); `aclose` ends it."""
+        loop = asyncio.get_running_loop()
+        if self._loop is loop:
+            return
+        if self._lock is None or self._lock_loop is not loop:
+            self._lock, self._lock_loop = asyncio.Lock(), loop
+        async with self._lock:
+            if self._loop is loop:
+                return
+            if self.renderer_model_name is None:
+                self.renderer_model_name = await base_model(client)
+            ready, stop = asyncio.Event(), asyncio.Event()
+
+            async def serve() -> None:
+                async with self.v1_env.serving():
+                    ready.set()
+                    await stop.wait()
+
+            task, waiter = asyncio.create_task(serve()), asyncio.create_task(ready.wait())
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            if task.done():
+                task.result()  # serving() raised: let it say why
+            self._serving, self._loop = (task, stop), loop
+
+    async def aclose(self) -> None:
+        """Leave `env.serving()` (its interception server, shared tools); the next rollout opens it again."""
+        if self._serving is not None:
+            (task, stop), self._serving, self._loop = self._serving, None, None
+            stop.set()
+            await task
+
+    def context(self, client, model: str, sampling: dict[str, Any]):
+        vf = self.vf
+        os.environ[API_KEY_VAR] = str(client.api_key)
+        known = {k: v for k, v in sampling.items() if k in SAMPLING_KEYS and v is not None}
+        if known.get("top_k") == -1:
+            known.pop("top_k")
+        return vf.ModelContext(model=model, client=vf.TrainClientConfig(
+            base_url=str(client.base_url).rstrip("/"), api_key_var=API_KEY_VAR,
+            renderer_model_name=self.renderer_model_name), sampling=vf.SamplingConfig(**known))
+
+    async def episode(self, client, model: str, row: dict[str, Any], sampling: dict[str, Any]) -> Rollout:
+        task = self.tasks[row["example_id"]]
+        (slot,) = self.v1_env.slots(task)
+        episode = await self.v1_env.run_slot(slot, self.context(client, model, sampling))
+        return episode_rollout(episode, row["example_id"], row.get("answer", ""), model)
+
+    async def rollout_with_state(self, client, model, row, example_id, sampling, record_tokens=True):
+        if not record_tokens:
+            raise V1EnvironmentError(f"environment '{self.env_id}' is a verifiers 0.4 package: it samples token "
+                                     f"ids from vLLM's /inference/v1/generate, so it needs vLLM (no text mode)")
+        await self._open(client)
+        try:
+            return await self.episode(client, model, row, sampling), {}
+        except DroppedEpisode as e:
+            raise V1EnvironmentError(f"environment '{self.env_id}', example {example_id}: {e}") from None
+
+    async def run_group(self, client, model: str, example_id: int, n: int, sampling: dict[str, Any],
+                        semaphore: asyncio.Semaphore, eval: bool = False, record_tokens: bool = True,
+                        faults: RolloutFaults | None = None) -> list[Rollout]:
+        """Up to `n` rollouts of one example (already scored: verifiers scores inside the episode).
+        With `faults`, an episode that failed or has no single trainable branch is dropped and counted."""
+        if not record_tokens:
+            await self.rollout_with_state(client, model, {}, example_id, sampling, record_tokens=False)
+        await self._open(client)
+        data = self.rows(eval)
+        row = data[example_id % len(data)]
+
+        async def one(j: int) -> Rollout | None:
+            s = {**sampling, "seed": sampling["seed"] + j} if sampling.get("seed") is not None else sampling
+            async with semaphore:
+                start_clock(faults.timeout if faults else None)
+                try:
+                    async with asyncio.timeout(time_left()) as limit:
+                        return await self.episode(client, model, row, s)
+                except TimeoutError:
+                    if faults is None or not limit.expired():
+                        raise
+                    faults.drop("timed_out", f"example {example_id} not done after {faults.timeout:g}s")
+                except DroppedEpisode as e:
+                    if faults is None:
+                        raise V1EnvironmentError(f"environment '{self.env_id}', example {example_id}: {e}") from None
+                    faults.drop(e.kind, str(e))
+            return None
+
+        return [r for r in await asyncio.gather(*(one(j) for j in range(n))) if r is not None]
+
+
+async def base_model(client) -> str:
+    """The base model vLLM serves (its path: verifiers loads its tokenizer to render prompts), not an adapter."""
+    page = await client.models.list()
+    models = list(page.data)
+    for m in models:
+        if getattr(m, "parent", None) is None:
+            return getattr(m, "root", None) or m.id
+    raise V1EnvironmentError("vLLM lists no base model on /v1/models")

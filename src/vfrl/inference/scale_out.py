@@ -1,0 +1,70 @@
+"""What a verifiers 0.4 environment needs before vLLM starts, found without importing it.
+
+verifiers 0.4's train client posts token ids to vLLM's `/inference/v1/generate`, which vLLM serves
+only with `--enable-scale-out`; and verifiers runs every agent as a uv script, so uv must be there.
+`inference.enable_scale_out = "auto"` (the default) turns the flag on when `env.id` names a module
+that is not a vfrl entry point and is a verifiers package: an installed distribution that requires
+`verifiers`, or a module/package whose source imports `verifiers`. Importing it would import
+verifiers (seconds) in the launcher and in vf-vllm for every run; reading its metadata does not.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from pathlib import Path
+
+IMPORTS_VERIFIERS = re.compile(r"^\s*(import verifiers|from verifiers[\s.])", re.MULTILINE)
+
+
+def find_uv() -> str | None:
+    """uv on PATH, else next to this Python (the venv's bin, when the venv was not activated)."""
+    return shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
+
+
+def is_verifiers_package(env_id: str) -> bool:
+    """Does `env.id` name a verifiers package (rather than a vfrl environment)?"""
+    from importlib.metadata import PackageNotFoundError, distribution, entry_points, packages_distributions
+    from importlib.util import find_spec
+
+    if any(ep.name in (env_id, env_id.replace("_", "-")) for ep in entry_points(group="vfrl.environments")):
+        return False
+    module = env_id.replace("-", "_").split("/")[-1].split("@")[0]
+    try:
+        spec = find_spec(module)
+    except (ImportError, ValueError):
+        return False
+    if spec is None:
+        return False
+    for dist in packages_distributions().get(module, []):
+        try:
+            requires = distribution(dist).requires or []
+        except PackageNotFoundError:
+            continue
+        if any(re.match(r"verifiers\b", r.strip()) for r in requires):
+            return True
+    if spec.submodule_search_locations:
+        files = [p for loc in spec.submodule_search_locations for p in sorted(Path(loc).rglob("*.py"))][:200]
+    else:
+        files = [Path(spec.origin)] if spec.origin and spec.origin.endswith(".py") else []
+    for path in files:
+        try:
+            if IMPORTS_VERIFIERS.search(path.read_text(errors="replace")):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def scale_out_enabled(setting: bool | str, env_id: str) -> bool:
+    """`inference.enable_scale_out`: true, false, or "auto" (on for a verifiers package)."""
+    return is_verifiers_package(env_id) if setting == "auto" else bool(setting)
+
+
+def uv_problem(env_id: str) -> str | None:
+    """One line when `env.id` is a verifiers package and uv is missing; None otherwise."""
+    if find_uv() is not None or not is_verifiers_package(env_id):
+        return None
+    return (f'env.id = "{env_id}" is a verifiers package: verifiers runs its agents as uv scripts and uv is not '
+            f"installed; `pip install uv` (vfrl's verifiers extra includes it) or put uv on PATH")
