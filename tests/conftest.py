@@ -95,12 +95,14 @@ class SharedServer:
 @pytest.fixture(scope="session")
 def shared_vllm_server(tmp_path_factory, tiny_model):
     """One vf-vllm for the session: fp32, max_model_len 1024 (the tiny model's position limit; its
-    tokenizer spends one token per character), API key `SharedServer.api_key`."""
+    tokenizer spends one token per character), API key `SharedServer.api_key`, and verifiers 0.4's
+    token route (/inference/v1/generate, enable_scale_out) beside the OpenAI ones."""
     tmp = tmp_path_factory.mktemp("shared-server")
     port = free_port()
     (tmp / "config.toml").write_text(tomli_w.dumps({
         "model": str(tiny_model), "env": {"id": "reverse-text"},
-        "inference": {"port": port, "args": {"dtype": "float32", "max_model_len": 1024, "enforce_eager": True}},
+        "inference": {"port": port, "enable_scale_out": True,
+                      "args": {"dtype": "float32", "max_model_len": 1024, "enforce_eager": True}},
     }))
     log = tmp / "server.log"
     with vf_vllm(tmp / "config.toml", port, SharedServer.api_key, log) as base_url:

@@ -243,57 +243,50 @@ def test_a_failing_episode_is_dropped_and_counted(tiny_model, monkeypatch):
 @needs_v1
 @needs_uv
 @pytest.mark.e2e
-def test_v1_package_samples_through_the_real_vllm_server(tiny_model, tmp_path, monkeypatch):
-    """vf-vllm for a verifiers package turns --enable-scale-out on by itself; the trainer's Orchestrator
-    samples it through /inference/v1/generate. verifiers renders the prompt on its side: its ids must be
-    the server's own rendering, and the trainer's logprobs of the sampled tokens must match vLLM's."""
+def test_v1_package_samples_through_the_real_vllm_server(shared_vllm_server, tiny_model, tmp_path, monkeypatch):
+    """The trainer's Orchestrator samples a verifiers package through /inference/v1/generate of the session's
+    vf-vllm (scale-out on; that vf-rl turns it on by itself is test_vf_rl_trains_a_v1_package_two_steps's).
+    verifiers renders the prompt on its side: its ids must be the server's own rendering, and the trainer's
+    logprobs of the sampled tokens must match vLLM's."""
     import httpx
-    import tomli_w
     import torch
     from openai import AsyncOpenAI
     from transformers import AutoModelForCausalLM
 
-    from conftest import free_port, max_logprob_gap, vf_vllm
+    from conftest import max_logprob_gap
     from vfrl.config import TrainerArgs
     from vfrl.environments.loader import load_environment
     from vfrl.trainer.orchestrator import Orchestrator
 
-    monkeypatch.setenv("PYTHONPATH", str(PKGS))  # vf-vllm finds the package (and so the flag) the way vf-rl would
-    port, key = free_port(), "v1-test-key"
-    config = tmp_path / "config.toml"
-    config.write_text(tomli_w.dumps({
-        "model": str(tiny_model), "env": {"id": "v1-reverse"},
-        "inference": {"port": port, "args": {"dtype": "float32", "max_model_len": 1024, "enforce_eager": True}}}))
+    monkeypatch.setenv("PYTHONPATH", str(PKGS))  # vf-eval finds the package
+    base_url, key = shared_vllm_server.base_url, shared_vllm_server.api_key
     env = load_environment("v1-reverse")
-    log = tmp_path / "server.log"
-    with vf_vllm(config, port, key, log) as base_url:
-        assert "--enable-scale-out" in log.read_text().splitlines()[0]
 
-        async def run():
-            client = AsyncOpenAI(base_url=base_url, api_key=key)
-            args = TrainerArgs(batch_size=4, rollouts_per_example=2, max_tokens=12, eval_strategy="no",
-                               rollout_timeout=240)
-            try:
-                return await Orchestrator(env, client, args).generate(0, str(tiny_model), 0)
-            finally:
-                await env.aclose()
+    async def run():
+        client = AsyncOpenAI(base_url=base_url, api_key=key)
+        args = TrainerArgs(batch_size=4, rollouts_per_example=2, max_tokens=12, eval_strategy="no",
+                           rollout_timeout=240)
+        try:
+            return await Orchestrator(env, client, args).generate(0, str(tiny_model), 0)
+        finally:
+            await env.aclose()
 
-        batch = asyncio.run(run())
-        # vf-eval runs the same package against the same server
-        evaluated = subprocess.run([str(BIN / "vf-eval"), "v1-reverse", "-b", base_url, "-k", "V1_TEST_KEY", "-n", "2",
-                                    "-r", "1", "-t", "12", "-o", str(tmp_path / "eval")], capture_output=True, text=True,
-                                   timeout=300, env={**os.environ, "V1_TEST_KEY": key})
-        assert evaluated.returncode == 0, evaluated.stderr[-2000:]
-        records = [json.loads(line) for line in (tmp_path / "eval" / "results.jsonl").read_text().splitlines()]
-        assert len(records) == 2 and all(r["prompt_ids"] and r["completion_ids"] for r in records)
-        with httpx.Client(base_url=base_url.removesuffix("/v1"), headers={"Authorization": f"Bearer {key}"}) as http:
-            rendered = {}
-            for r in batch.rollouts:
-                if r.example_id not in rendered:
-                    got = http.post("/tokenize", json={"model": str(tiny_model), "messages": r.prompt,
-                                                       "add_generation_prompt": True})
-                    assert got.status_code == 200, got.text
-                    rendered[r.example_id] = got.json()["tokens"]
+    batch = asyncio.run(run())
+    # vf-eval runs the same package against the same server
+    evaluated = subprocess.run([str(BIN / "vf-eval"), "v1-reverse", "-b", base_url, "-k", "V1_TEST_KEY", "-n", "2",
+                                "-r", "1", "-t", "12", "-o", str(tmp_path / "eval")], capture_output=True, text=True,
+                               timeout=300, env={**os.environ, "V1_TEST_KEY": key})
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    records = [json.loads(line) for line in (tmp_path / "eval" / "results.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and all(r["prompt_ids"] and r["completion_ids"] for r in records)
+    with httpx.Client(base_url=base_url.removesuffix("/v1"), headers={"Authorization": f"Bearer {key}"}) as http:
+        rendered = {}
+        for r in batch.rollouts:
+            if r.example_id not in rendered:
+                got = http.post("/tokenize", json={"model": str(tiny_model), "messages": r.prompt,
+                                                   "add_generation_prompt": True})
+                assert got.status_code == 200, got.text
+                rendered[r.example_id] = got.json()["tokens"]
     assert len(batch.rollouts) == 4 and batch.metrics["rollouts_dropped"] == 0
     for r in batch.rollouts:
         assert r.prompt_ids == rendered[r.example_id]  # verifiers' rendering is the server's
