@@ -118,11 +118,14 @@ class FakeOpenAI:
         if tools and tool_choice is None and not self.tool_parser:
             raise self._bad_request('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
         prompt_ids = encode(self.render(messages, add_generation_prompt=True))
-        text, ids, lps, finish = await self._sample(prompt_ids, max_tokens)
-        choice = SimpleNamespace(message=self._message(text, tools), token_ids=ids, finish_reason=finish,
-                                 stop_reason=self._stop_reason(),
-                                 logprobs=SimpleNamespace(content=[SimpleNamespace(logprob=x) for x in lps]))
-        return SimpleNamespace(choices=[choice], prompt_token_ids=prompt_ids)
+        choices = []
+        for index in range(kwargs.get("n") or 1):  # as vLLM: choice j of n samples with seed + j
+            text, ids, lps, finish = await self._sample(prompt_ids, max_tokens)
+            choices.append(SimpleNamespace(
+                message=self._message(text, tools), token_ids=ids, finish_reason=finish, index=index,
+                stop_reason=self._stop_reason(),
+                logprobs=SimpleNamespace(content=[SimpleNamespace(logprob=x) for x in lps])))
+        return SimpleNamespace(choices=choices, prompt_token_ids=prompt_ids)
 
     def _message(self, text: str, tools) -> SimpleNamespace:
         """The assistant message; with a tool parser, `<tool_call>` blocks become its tool_calls."""

@@ -1,9 +1,10 @@
 """The verifiers-style environment API against a fake vLLM server (tests/fake_openai.py)."""
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
-from fake_openai import CHATML, IM_END, STRIPS_PAST_THINK, FakeOpenAI, decode, encode, logprob_at
+from fake_openai import CHATML, IM_END, STRIPS_PAST_THINK, FakeOpenAI, PlainOpenAI, decode, encode, logprob_at
 
 import vfrl
 from vfrl.environments.rubric import Rubric
@@ -265,9 +266,63 @@ def test_first_turn_errors_are_raised():
 def test_rollouts_respect_the_concurrency_limit():
     env = vfrl.SingleTurnEnv(dataset=[{"question": str(i)} for i in range(6)])
     client = FakeOpenAI(lambda p: "ok", delay=0.02)
+    rollouts = run(env.evaluate(client, "m", num_examples=6, rollouts_per_example=1, max_concurrent=3))
+    assert len(rollouts) == 6 and client.max_in_flight == 3
+    assert [r.example_id for r in rollouts] == [0, 1, 2, 3, 4, 5]
+    # groups: one request per example (its first turns), still at most 3 rollouts, so 3 requests, at once
+    client = FakeOpenAI(lambda p: "ok", delay=0.02)
     rollouts = run(env.evaluate(client, "m", num_examples=6, rollouts_per_example=2, max_concurrent=3))
-    assert len(rollouts) == 12 and client.max_in_flight == 3
     assert [r.example_id for r in rollouts] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+    assert client.count("chat") == 6 and client.max_in_flight <= 3
+
+
+# ---- one request per group (group_request.py) ----
+
+def test_a_groups_first_turns_are_one_request_with_n_and_sample_j_is_rollout_j():
+    env = vfrl.SingleTurnEnv(dataset=[{"question": "abc"}])
+    client = FakeOpenAI(["r0", "r1", "r2", "r3"])
+    rollouts = run(env.run_group(client, "m", 0, 4, {"max_tokens": 9, "seed": 10}, asyncio.Semaphore(8)))
+    ((kind, request),) = client.calls
+    assert kind == "chat" and request["n"] == 4 and request["seed"] == 10  # vLLM: sample j uses seed 10 + j
+    assert [r.completion[-1]["content"] for r in rollouts] == ["r0", "r1", "r2", "r3"]
+    assert all(r.completion_ids == encode(f"r{j}") + [IM_END] and r.completion_mask == [1] * 3
+               for j, r in enumerate(rollouts))
+    assert len({tuple(r.prompt_ids) for r in rollouts}) == 1
+
+
+def test_later_turns_of_a_group_are_sent_per_rollout_with_their_own_seed():
+    env = Echo(dataset=[{"question": "q", "info": {"rounds": 1}}])
+    client = FakeOpenAI(lambda p: "a")
+    rollouts = run(env.run_group(client, "m", 0, 3, {"seed": 5}, asyncio.Semaphore(8)))
+    seeds = [(request.get("n"), request["seed"]) for _, request in client.calls]
+    assert seeds[0] == (3, 5) and sorted(seeds[1:]) == [(None, 5), (None, 6), (None, 7)]
+    assert all(len(r.turn_spans) == 2 for r in rollouts)
+
+
+def test_a_server_that_ignores_n_gets_one_request_per_rollout():
+    env = vfrl.SingleTurnEnv(dataset=[{"question": "abc"}])
+    client = PlainOpenAI(lambda p: "ok")  # answers one choice, whatever n says
+    rollouts = run(env.run_group(client, "m", 0, 3, {"seed": 1}, asyncio.Semaphore(8), record_tokens=False))
+    assert [r.completion[-1]["content"] for r in rollouts] == ["ok"] * 3 and client.count("chat") == 3
+
+
+def test_a_rollout_whose_first_request_differs_sends_its_own():
+    from vfrl.environments.group_request import GroupRequest
+
+    async def claims():
+        group, sent = GroupRequest(2), []
+
+        async def send(n):
+            sent.append(n)
+            return SimpleNamespace(choices=[SimpleNamespace(index=j, text=f"c{j}") for j in range(n)])
+
+        first = await group.claim(0, (["hi"], {"t": 1}), send)
+        other = await group.claim(1, (["hello"], {"t": 1}), send)  # another prompt: not the same request
+        again = await group.claim(0, (["hi"], {"t": 1}), send)  # a second sampler in the same rollout
+        return sent, first, other, again
+
+    sent, first, other, again = run(claims())
+    assert sent == [2] and [c.text for c in first.choices] == ["c0"] and other is None and again is None
 
 
 # ---- env group ----

@@ -151,8 +151,10 @@ def test_vf_rl_with_two_cpu_trainer_processes(tmp_path, tiny_model):
     assert [r["step"] for r in first] == [1, 2, 3]  # one line per step, written once
     for version in range(4):  # policy-0 (base) and one per step, each pushed exactly once
         assert server_log.count(f"Loaded new LoRA adapter: name 'policy-{version}'") == 1, version
-    # generation once per step: one request per rollout (reverse-text is single-turn), 8 a step, by rank 0 only
-    assert server_log.count('"POST /v1/chat/completions HTTP/1.1" 200') == 8 * 3
+    # generation once per step, by rank 0 only: one request per example (reverse-text is single-turn; a
+    # group's rollouts are one request with n, see group_request.py), batch_size / rollouts_per_example a step
+    per_step = 8 // data["trainer"]["args"]["rollouts_per_example"]
+    assert server_log.count('"POST /v1/chat/completions HTTP/1.1" 200') == per_step * 3
     assert "broadcast_buffers" not in trainer_log
     rollouts = [json.loads(line) for line in (run_dir / "rollouts" / "step_3.jsonl").read_text().splitlines()]
     assert len(rollouts) == 8

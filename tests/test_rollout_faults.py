@@ -215,9 +215,15 @@ def test_exit_process_waits_for_threads_about_to_finish(tmp_path):
 # ---- row 1: the per-rollout time limit ----
 
 def test_a_stalled_rollout_is_dropped_at_its_time_limit_and_its_group_goes_on():
+    """The group's first turns are one request (group_request.py); rollout 1's second turn stalls."""
+    class TwoTurns(vfrl.MultiTurnEnv):
+        def env_response(self, messages, state):
+            return [{"role": "user", "content": "again"}]
+
+    env = TwoTurns(dataset=[{"question": "abc"}], max_turns=2, rubric=Rubric([lambda completion: 1.0]))
     faults = RolloutFaults(timeout=LIMIT)
-    rollouts = group(env_with(right), Stalling(lambda prompt, seed: seed == 1), n=3, faults=faults)
-    assert len(rollouts) == 2 and all(r.reward == 1.0 for r in rollouts)
+    rollouts = group(env, Stalling(lambda prompt, seed: seed == 1 and "again" in prompt), n=3, faults=faults)
+    assert len(rollouts) == 2 and all(r.reward == 1.0 and len(r.turn_spans) == 2 for r in rollouts)
     assert faults.dropped == {"timed_out": 1} and "not done after 1s" in faults.first["timed_out"]
 
 
@@ -254,7 +260,8 @@ def test_a_hung_sync_tool_is_abandoned_with_its_rollout():
 
 
 def test_the_time_limit_starts_when_the_rollout_gets_its_request_slot():
-    """One slot: the second rollout waits the whole limit behind the stalled first, then has its own."""
+    """One slot: the second rollout waits the whole limit behind the stalled first, then has its own
+    (it does not wait on the group's stalled request: it sends its own, with seed 1)."""
     faults = RolloutFaults(timeout=LIMIT)
     rollouts = group(env_with(right), Stalling(lambda prompt, seed: seed == 0), n=2, faults=faults, concurrency=1)
     assert len(rollouts) == 1 and faults.dropped == {"timed_out": 1}

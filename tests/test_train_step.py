@@ -228,3 +228,25 @@ def test_full_fine_tuning_step_with_kl_against_the_frozen_base(tiny_model, tmp_p
     first = trainer.train_step(batch)
     assert first["kl"] == 0.0 and changed(before, trainer)
     assert trainer.train_step(batch)["kl"] > 0
+
+
+def test_micro_batches_go_by_length_without_padding_columns_and_keep_the_gradient(tiny_model, tmp_path):
+    from vfrl.trainer.batch import make_train_batch
+
+    whole = make_trainer(tiny_model, tmp_path / "whole", micro_batch_size=GROUP * GROUPS)
+    split = make_trainer(tiny_model, tmp_path / "split", micro_batch_size=2)
+    batch = fake_batch(whole)
+    tb, _ = make_train_batch(batch.rollouts, split.args, split.pad_id)
+    parts = tb.micro_batches(2)
+    lengths = [p.attention_mask.sum(1).tolist() for p in parts]
+    assert [len(x) for x in lengths] == [2, 2, 2, 2] and sum(lengths, []) == sorted(tb.attention_mask.sum(1).tolist())
+    assert all(p.input_ids.shape[1] == max(x) and p.loss_mask.shape[1] == max(x) - 1 for p, x in zip(parts, lengths))
+    assert sum(float(p.loss_mask.sum()) for p in parts) == float(tb.loss_mask.sum())
+    assert torch.equal(torch.cat([p.advantages for p in parts]).sort().values, tb.advantages.sort().values)
+    before = trainable(whole)
+    assert all(torch.equal(before[n], p) for n, p in trainable(split).items())  # the same start
+    a, b = whole.train_step(batch), split.train_step(batch)
+    assert a["loss"] == pytest.approx(b["loss"], rel=1e-5) and a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)
+    # the step's gradients (still in .grad) agree; Adam's first update is lr x sign, so compare those
+    grads = [(p.grad, q.grad) for p, q in zip(whole.model.parameters(), split.model.parameters()) if p.requires_grad]
+    assert all(torch.allclose(g, h, rtol=1e-4, atol=1e-7) for g, h in grads) and any(g.abs().sum() > 0 for g, _ in grads)

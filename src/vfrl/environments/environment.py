@@ -23,6 +23,7 @@ from typing import Any, Iterable
 from vfrl.environments.faults import (
     RolloutFaults, is_rejected_request, one_line, request_error_text, start_clock, time_left,
 )
+from vfrl.environments.group_request import GroupRequest
 from vfrl.environments.messages import messages
 from vfrl.environments.parsers import Parser
 from vfrl.environments.rubric import Rubric
@@ -208,9 +209,12 @@ class Environment:
         data = self.rows(eval)
         row = data[example_id % len(data)]
 
+        group = GroupRequest(n)
+
         async def one(j: int) -> Rollout | None:
             # a `seed` names the group; sample j draws with seed + j, so samples differ yet replay exactly
             s = {**sampling, "seed": sampling["seed"] + j} if sampling.get("seed") is not None else sampling
+            group.join(j)  # the first turns of the group go out as one request with n (group_request.py)
             late = f"example {example_id} not done after {faults.timeout:g}s" if faults and faults.timeout else ""
             async with semaphore:
                 # gather runs each rollout in its own task, so the clock is this rollout's alone; it starts

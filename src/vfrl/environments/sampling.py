@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 import openai
 
+from vfrl.environments.group_request import group_member
 from vfrl.inference.endpoints import server_root
 
 log = logging.getLogger(__name__)
@@ -157,10 +158,11 @@ class TurnSampler:
 
     async def _sample(self, messages: Messages, new_messages: Messages) -> ModelTurn:
         if not self.record_tokens:
-            choice = (await self._chat(messages)).choices[0]
+            resp = await (self._chat(messages) if self.turns else self._first_chat(messages))
+            choice = resp.choices[0]
             return self._turn(self._message(choice), choice)
         if not self.turns:
-            resp = await self._chat(messages)
+            resp = await self._first_chat(messages)
             self.seq.prompt_ids = list(returned(resp, "prompt_token_ids"))
             return self._keep_chat(resp)
         if self.mode == "chat" and not self.flags.get("template_rewrites_history"):
@@ -177,8 +179,20 @@ class TurnSampler:
         return await self._token_turn(new_messages)
 
     # ---- chat path ----
-    async def _chat(self, messages: Messages):
-        kwargs = sampling_request(self.sampling, self.record_tokens)
+    async def _first_chat(self, messages: Messages):
+        """The first turn: the group's shared request when this rollout is in one (group_request.py)."""
+        member = group_member()
+        if member is None or "n" in self.sampling:
+            return await self._chat(messages)
+        group, index = member
+        seed = self.sampling.get("seed")
+        key = (messages, {k: v for k, v in self.sampling.items() if k != "seed"}, self.tools)
+        group_sampling = {**self.sampling, "seed": seed - index} if seed is not None else self.sampling
+        resp = await group.claim(index, key, lambda n: self._chat(messages, {**group_sampling, "n": n}))
+        return resp if resp is not None else await self._chat(messages)
+
+    async def _chat(self, messages: Messages, sampling: dict[str, Any] | None = None):
+        kwargs = sampling_request(sampling or self.sampling, self.record_tokens)
         if self.tools:
             kwargs["tools"] = self.tools
             if self.flags.get("tool_choice") == "none":
@@ -192,7 +206,7 @@ class TurnSampler:
             # the calls are read from the reply text (parse_tool_calls)
             log.warning("server has no tool-call parser; reading tool calls from the reply text")
             self.flags["tool_choice"] = "none"
-            return await self._chat(messages)
+            return await self._chat(messages, sampling)
 
     def _keep_chat(self, resp) -> ModelTurn:
         choice = resp.choices[0]

@@ -43,8 +43,20 @@ class TrainBatch:
     def _map(self, f) -> "TrainBatch":
         return TrainBatch(*(None if (v := getattr(self, x.name)) is None else f(v) for x in fields(self)))
 
-    def slice(self, start: int, stop: int) -> "TrainBatch":
-        return self._map(lambda t: t[start:stop])
+    def micro_batches(self, size: int) -> list["TrainBatch"]:
+        """Micro-batches of `size` rows, shortest sequences together, each cut to its own longest row.
+
+        Rows are right-padded, so the columns past a micro-batch's longest row are padding that no
+        token attends to and no loss reads: cutting them changes no logprob, only the work. The loss
+        weights are the whole batch's (normalization.py), so which rows share a micro-batch does not
+        change the step's gradient either."""
+        order = torch.argsort(self.attention_mask.sum(1), stable=True)
+        parts = [self._map(lambda t, rows=order[i:i + size]: t[rows]) for i in range(0, len(self), size)]
+        return [part.trimmed() for part in parts]
+
+    def trimmed(self) -> "TrainBatch":
+        T = max(2, int(self.attention_mask.sum(1).max()))  # a row of padding alone still has a position
+        return self._map(lambda t: t if t.dim() == 1 else t[:, :T] if t.shape[1] == self.input_ids.shape[1] else t[:, :T - 1])
 
     def to(self, device) -> "TrainBatch":
         return self._map(lambda t: t.to(device))

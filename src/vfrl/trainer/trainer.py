@@ -240,9 +240,8 @@ class RLTrainer:
         a = self.args
         self.in_step = True
         tb, rewards = make_train_batch(batch.rollouts, a, self.pad_id, batch.sizes())  # with whole-batch loss weights
-        starts = range(0, len(tb), a.micro_batch_size)
-        micro = [tb.slice(starts[k], starts[k] + a.micro_batch_size).to(self.accelerator.device)
-                 for k in self.ranks.mine(len(starts))]  # every micro-batch with one process
+        parts = tb.micro_batches(a.micro_batch_size)  # by length, each without its padding columns
+        micro = [parts[k].to(self.accelerator.device) for k in self.ranks.mine(len(parts))]  # all, with one process
         sums = dict.fromkeys(["loss", "grad_norm", "low", "high", "entropy", "mismatch_kl", "kl", "sampled"], 0.0)
         self.model.train()
         for it in range(a.num_iterations):
