@@ -1,5 +1,4 @@
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -48,6 +47,7 @@ def write_config(path: Path, model: Path, port: int, output_dir: Path, **trainer
 @contextmanager
 def vf_vllm(config: Path, port: int, api_key: str, log: Path):
     """A real `vf-vllm @ config` (its own process group) until the block ends; yields the base URL."""
+    from vfrl.grpo import stop_server
     from vfrl.trainer.trainer import wait_for_server
 
     pid_file = log.with_name(log.stem + ".pid")
@@ -60,12 +60,7 @@ def vf_vllm(config: Path, port: int, api_key: str, log: Path):
             wait_for_server(f"http://127.0.0.1:{port}/v1", timeout=300, inference_pid_file=pid_file)
             yield f"http://127.0.0.1:{port}/v1"
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_server(proc)  # the Python API's own stop: the group, SIGKILL after 60 s
 
 
 def max_logprob_gap(model, rollouts) -> float:

@@ -56,6 +56,13 @@ def right(completion, answer) -> float:
     return float(completion[-1]["content"] == answer)
 
 
+def run_script(tmp_path, code: str, *args: str) -> subprocess.CompletedProcess:
+    """`code` as a script in a fresh interpreter (how a process exits is what these tests look at)."""
+    script = tmp_path / "script.py"
+    script.write_text(code)
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=120)
+
+
 def status_error(cls, code: int, message: str):
     return cls(message, response=httpx.Response(code, request=httpx.Request("POST", "http://fake-vllm:8000/v1")), body=None)
 
@@ -158,8 +165,8 @@ def test_a_hanging_reward_function_is_given_up_at_the_time_limit_and_the_rollout
 
 
 def test_a_hung_sync_call_holds_up_no_other_call_nor_the_exit_of_the_process(tmp_path):
-    script = tmp_path / "hang.py"
-    script.write_text(
+    done = run_script(
+        tmp_path,
         "import asyncio, threading\n"
         "from vfrl.environments.daemon_pool import DaemonPool\n"
         "pool = DaemonPool('t', size=1)\n"
@@ -170,7 +177,6 @@ def test_a_hung_sync_call_holds_up_no_other_call_nor_the_exit_of_the_process(tmp
         "        pass\n"
         "    print(await pool.run(lambda: 'next'))\n"
         "asyncio.run(main())\n")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout == "next\n", done.stderr
 
 
@@ -178,8 +184,8 @@ def test_a_thread_still_in_torch_at_exit_does_not_abort_the_process(tmp_path):
     """A reward function (a reward model, say) still running torch when the trainer exits: a plain
     interpreter shutdown aborts ("terminate called without an active exception", exit 134); exit_process
     keeps the exit code the trainer chose."""
-    script = tmp_path / "torch_at_exit.py"
-    script.write_text(
+    done = run_script(
+        tmp_path,
         "import asyncio, sys, torch\n"
         "from vfrl.environments.daemon_pool import DaemonPool, exit_process\n"
         "pool = DaemonPool('reward-model', size=2)\n"
@@ -191,14 +197,13 @@ def test_a_thread_still_in_torch_at_exit_does_not_abort_the_process(tmp_path):
         "        asyncio.ensure_future(pool.run(score))\n"
         "    await asyncio.sleep(0.5)\n"
         "asyncio.run(main())\n"
-        "exit_process(130, grace=float(sys.argv[1]))\n")
-    done = subprocess.run([sys.executable, str(script), "0.2"], capture_output=True, text=True, timeout=120)
+        "exit_process(130, grace=float(sys.argv[1]))\n", "0.2")
     assert done.returncode == 130, done.stderr
 
 
 def test_exit_process_waits_for_threads_about_to_finish(tmp_path):
-    script = tmp_path / "finishing.py"
-    script.write_text(
+    done = run_script(
+        tmp_path,
         "import asyncio, atexit, time\n"
         "from vfrl.environments.daemon_pool import DaemonPool, exit_process\n"
         "atexit.register(lambda: print('atexit ran'))\n"
@@ -208,7 +213,6 @@ def test_exit_process_waits_for_threads_about_to_finish(tmp_path):
         "    await asyncio.sleep(0.1)\n"
         "asyncio.run(main())\n"
         "exit_process(3, grace=30)\n")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 3 and done.stdout == "atexit ran\n", done.stderr
 
 

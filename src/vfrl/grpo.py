@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from vfrl.config import RLConfig, TrainerArgs, write_config
+from vfrl.inference.endpoints import client_host
 
 # the guide's (TRL's) name -> ours, in [trainer.args]
 GUIDE_NAMES = {
@@ -138,7 +139,7 @@ class GRPOTrainer:
 
     def train(self) -> Path:
         """Train to max_steps; returns the run directory. A failure stops with vf-train's one line and exit code."""
-        from vfrl.launcher.cli import new_run_dir
+        from vfrl.launcher.cli import free_port, new_run_dir
         from vfrl.launcher.plan import detect_machine, make_plan
         from vfrl.run_dir import RunDir
         from vfrl.trainer.failure import TrainingStopped
@@ -151,6 +152,9 @@ class GRPOTrainer:
         plan = make_plan(cfg, run_dir, cfg.args.run_name, detect_machine())
         server = None
         try:
+            if not self.vllm_base_url and plan.config.inference.port == 0:
+                plan.config.inference.port = free_port(plan.config.inference.host)
+            write_config(plan.config, paths.config)  # what vf-vllm reads, and the run's record
             if self.vllm_base_url:
                 url, api_key = self.vllm_base_url, os.environ.get("VFRL_API_KEY", "EMPTY")
             else:
@@ -160,7 +164,6 @@ class GRPOTrainer:
                 import torch
 
                 torch.set_num_threads(int(threads))
-            write_config(plan.config, paths.config)
             self.trainer = RLTrainer(plan.config, run_dir, url, api_key, env=self.env)
             self.trainer.train()
         except TrainingStopped as e:
@@ -179,22 +182,18 @@ class GRPOTrainer:
 
 
 def start_server(plan, paths) -> tuple[subprocess.Popen, str, str]:
-    """vf-vllm on the plan's devices (its own process group, log in logs/inference.log). The trainer loads
-    its model meanwhile and waits for /health (as the two panes of vf-rl do)."""
-    from vfrl.launcher.cli import free_port
+    """vf-vllm on the plan's devices and the config at paths.config (its own process group, log in
+    logs/inference.log). The trainer loads its model meanwhile and waits for /health (as the two panes
+    of vf-rl do)."""
     from vfrl.launcher.plan import console_script
 
     inference = plan.config.inference
-    if inference.port == 0:
-        inference.port = free_port(inference.host)
-    write_config(plan.config, paths.config)
     api_key = secrets.token_urlsafe(24)
     env = {**os.environ, **plan.inference.env, "VFRL_API_KEY": api_key}
     with open(paths.log("inference"), "w") as log:
         proc = subprocess.Popen([console_script("vf-vllm"), "@", str(paths.config), "--pid-file", str(paths.inference_pid)],
                                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    host = "127.0.0.1" if inference.host in ("0.0.0.0", "::") else inference.host
-    return proc, f"http://{host}:{inference.port}/v1", api_key
+    return proc, f"http://{client_host(inference.host)}:{inference.port}/v1", api_key
 
 
 def stop_server(proc: subprocess.Popen) -> None:
