@@ -70,16 +70,21 @@ SCRIPT = """
     trainer = vf.GRPOTrainer(model=model, processing_class=tokenizer, env=env, args=args,
                              peft_config=vf.lora_defaults(),
                              inference={{"args": {{"dtype": "float32", "max_model_len": 256, "enforce_eager": True}}}})
-    run_dir = trainer.train()
+    before = trainer.evaluate()  # the baseline, as the seeds advise; starts vf-vllm
+    run_dir = trainer.train()  # on the same server
+    after = trainer.evaluate()  # the trained policy
+    assert trainer.trainer.served == "policy-3"  # what that eval sampled from
     trainer.save_model("saved-adapter")
+    print("EVAL", before["eval/num_rollouts"], after["eval/num_rollouts"], before["eval/reward_mean"], after["eval/reward_mean"])
     print("RUN_DIR", run_dir)
 """
 
 
 @pytest.mark.e2e
 def test_the_guides_script_trains_for_real(tmp_path, tiny_model):
-    """The guide's script, with the tiny model: vf-vllm started and stopped by the trainer, an adapter
-    loaded each step, the same metrics and run directory as vf-rl's, nothing left running."""
+    """The guide's script, with the tiny model: vf-vllm started once by the trainer for a baseline eval,
+    the training and an eval of the trained policy, stopped when the script ends; an adapter loaded each
+    step, the same metrics and run directory as vf-rl's, nothing left running."""
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(SCRIPT.format(model=str(tiny_model))))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=900,
@@ -87,13 +92,18 @@ def test_the_guides_script_trains_for_real(tmp_path, tiny_model):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run_dir = Path(done.stdout.split("RUN_DIR ")[-1].strip())
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in metrics] == [1, 2, 3] and all(m["rollouts"] == 8 for m in metrics if "rollouts" in m)
+    assert [m["step"] for m in metrics if "loss" in m] == [1, 2, 3]
+    assert all(m["rollouts"] == 8 for m in metrics if "rollouts" in m)
+    evals = [m for m in metrics if "eval/reward_mean" in m]  # the baseline at step 0, the trained policy at 3
+    assert [m["step"] for m in evals] == [0, 3] and all(m["eval/num_rollouts"] == 64 for m in evals)
+    assert "EVAL 64.0 64.0" in done.stdout
     server_log = (run_dir / "logs" / "inference.log").read_text()
+    assert server_log.count("Started server process") == 1  # one vf-vllm for both evals and the training
     for version in range(4):
         assert f"Loaded new LoRA adapter: name 'policy-{version}'" in server_log
     assert "step 3/3 | reward" in done.stdout
     assert (tmp_path / "saved-adapter" / "adapter_config.json").exists()
     pid = int((run_dir / "inference.pid").read_text())
-    assert not Path(f"/proc/{pid}").exists(), "vf-vllm still running after train()"
+    assert not Path(f"/proc/{pid}").exists(), "vf-vllm still running after the script ended"
     left = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True).stdout.split()
     assert left == [], left

@@ -12,12 +12,15 @@
 One config model behind both ways in: the args are `[trainer.args]` of a TOML file (RLConfig), under
 our names or the guide's (`GUIDE_NAMES`), validated with the same one-line errors. `train()` runs the
 loop vf-rl's trainer pane runs (RLTrainer), in this process, against `vf-vllm`, which it starts on the
-devices the launch plan gives it and stops at the end, or against a server the user names
-(`vllm_base_url`).
+devices the launch plan gives it (once per trainer object: `evaluate()` before and after `train()` use
+the same server; `close()`, the end of a `with` block or the end of the script stops it), or against
+a server the user names (`vllm_base_url`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import difflib
 import os
 import secrets
@@ -136,43 +139,105 @@ class GRPOTrainer:
         self.env = None if isinstance(env, str) else env
         self.vllm_base_url = vllm_base_url
         self.trainer = None
+        self.plan = None  # the run: its directory and devices, made by the first train() or evaluate()
+        self.server: subprocess.Popen | None = None  # the vf-vllm this trainer started, until close()
+        self.url = self.api_key = None
 
-    def train(self) -> Path:
-        """Train to max_steps; returns the run directory. A failure stops with vf-train's one line and exit code."""
+    def _serve(self):
+        """The run's plan and a server to sample from: the named one, or vf-vllm started once for this trainer
+        (kept for later train()/evaluate() calls, stopped by close(), at the end of a `with` block or at exit)."""
         from vfrl.launcher.cli import free_port, new_run_dir
         from vfrl.launcher.plan import detect_machine, make_plan
         from vfrl.run_dir import RunDir
+
+        if self.plan is None:
+            cfg = self.config.model_copy(deep=True)
+            run_dir = new_run_dir(Path(cfg.args.output_dir) / cfg.args.run_name).resolve()
+            RunDir(run_dir).logs.mkdir(parents=True, exist_ok=True)
+            self.plan = make_plan(cfg, run_dir, cfg.args.run_name, detect_machine())
+            if not self.vllm_base_url and self.plan.config.inference.port == 0:
+                self.plan.config.inference.port = free_port(self.plan.config.inference.host)
+            write_config(self.plan.config, RunDir(run_dir).config)  # what vf-vllm reads, and the run's record
+        if self.vllm_base_url:
+            self.url, self.api_key = self.vllm_base_url, os.environ.get("VFRL_API_KEY", "EMPTY")
+        elif self.server is None or self.server.poll() is not None:
+            self.server, self.url, self.api_key = start_server(self.plan, RunDir(self.plan.run_dir))
+            atexit.register(self.close)
+        return self.plan
+
+    def train(self) -> Path:
+        """Train to max_steps; returns the run directory. A failure stops with vf-train's one line and exit code."""
         from vfrl.trainer.failure import TrainingStopped
         from vfrl.trainer.trainer import RLTrainer
 
-        cfg = self.config.model_copy(deep=True)
-        run_dir = new_run_dir(Path(cfg.args.output_dir) / cfg.args.run_name).resolve()
-        paths = RunDir(run_dir)
-        paths.logs.mkdir(parents=True, exist_ok=True)
-        plan = make_plan(cfg, run_dir, cfg.args.run_name, detect_machine())
-        server = None
+        plan = self._serve()
         try:
-            if not self.vllm_base_url and plan.config.inference.port == 0:
-                plan.config.inference.port = free_port(plan.config.inference.host)
-            write_config(plan.config, paths.config)  # what vf-vllm reads, and the run's record
-            if self.vllm_base_url:
-                url, api_key = self.vllm_base_url, os.environ.get("VFRL_API_KEY", "EMPTY")
-            else:
-                server, url, api_key = start_server(plan, paths)
             threads = plan.trainer.env.get("OMP_NUM_THREADS")
             if threads:  # the trainer's share of the CPU cores, as its pane would get it
                 import torch
 
                 torch.set_num_threads(int(threads))
-            self.trainer = RLTrainer(plan.config, run_dir, url, api_key, env=self.env)
+            self.trainer = RLTrainer(plan.config, plan.run_dir, self.url, self.api_key, env=self.env)
             self.trainer.train()
         except TrainingStopped as e:
+            self.close()
             print(e.line, file=sys.stderr, flush=True)
             raise SystemExit(e.code) from None
-        finally:
-            if server is not None:
-                stop_server(server)
-        return run_dir
+        return plan.run_dir
+
+    def evaluate(self) -> dict[str, float]:
+        """The eval split with the current policy (the base model before train()), as eval during training
+        runs it: `num_eval_examples` examples x `eval_rollouts_per_example`, the same seeds every time.
+        Eval rows: env.eval_dataset; else the rows held out of training (eval_strategy = "steps"); else the
+        last `num_eval_examples` rows of env.dataset, which training also samples. Also appended to
+        metrics.jsonl as an eval line of the steps trained so far."""
+        from openai import AsyncOpenAI
+
+        from vfrl.environments import load_environment
+        from vfrl.run_dir import RunDir, append_jsonl
+        from vfrl.trainer.evaluation import eval_example_ids
+        from vfrl.trainer.inference_watch import InferenceLost
+        from vfrl.trainer.orchestrator import Orchestrator
+        from vfrl.trainer.trainer import wait_for_server
+
+        plan = self._serve()
+        cfg = plan.config
+        try:
+            wait_for_server(self.url, 900, RunDir(plan.run_dir).inference_pid if self.server is not None else None)
+        except InferenceLost as e:
+            self.close()
+            raise SystemExit(f"vfrl: evaluate: the inference server is lost: {e} (see {plan.run_dir}/logs/inference.log)")
+        env = self.env or load_environment(cfg.env.id, **cfg.env.args)
+        ids, eval_split = eval_example_ids(env, cfg.args)
+        if not ids:
+            n = len(env.dataset)
+            ids = list(range(max(0, n - cfg.args.num_eval_examples), n))
+        model = getattr(self.trainer, "served", None) or cfg.model
+
+        async def run() -> dict[str, float]:
+            client = AsyncOpenAI(base_url=self.url, api_key=self.api_key, timeout=cfg.args.generation_timeout)
+            try:
+                stats, _ = await Orchestrator(env, client, cfg.args).evaluate(model, (ids, eval_split))
+                return stats
+            finally:
+                await client.close()
+
+        stats = asyncio.run(run())
+        steps = self.trainer.steps_done if self.trainer is not None else 0
+        append_jsonl(RunDir(plan.run_dir).metrics, {"step": steps, "max_steps": cfg.args.max_steps, **stats})
+        return stats
+
+    def close(self) -> None:
+        """Stop the vf-vllm this trainer started (if any); a later train()/evaluate() starts a new one."""
+        if self.server is not None:
+            stop_server(self.server)
+            self.server = None
+
+    def __enter__(self) -> "GRPOTrainer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def save_model(self, path: str | Path) -> None:
         """The trained adapter (use_lora) or model, as save_pretrained writes it."""

@@ -58,9 +58,11 @@ def summarize(rollouts: list[Rollout], faults: RolloutFaults | None = None) -> d
 
 
 async def evaluate(env: Environment, client, model: str, args: TrainerArgs, sampling: dict,
-                   semaphore: asyncio.Semaphore, seed_of) -> tuple[dict[str, float], list[Rollout]]:
-    """Run the eval split with `model`; `seed_of(example_id)` gives each group's request seed."""
-    ids, eval_split = eval_example_ids(env, args)
+                   semaphore: asyncio.Semaphore, seed_of,
+                   examples: tuple[list[int], bool] | None = None) -> tuple[dict[str, float], list[Rollout]]:
+    """Run the eval split with `model`; `seed_of(example_id)` gives each group's request seed.
+    `examples`: (ids, ids index the eval split) instead of `eval_example_ids`."""
+    ids, eval_split = examples or eval_example_ids(env, args)
     t0 = time.time()
     faults = RolloutFaults(timeout=args.rollout_timeout)  # eval rollouts are dropped for the same faults
     groups = await asyncio.wait_for(

@@ -101,7 +101,8 @@ class Orchestrator:
                      gen_start=t0, gen_end=time.time(), metrics=metrics, group_sizes=[len(g) for g in groups],
                      warning=warning)
 
-    async def evaluate(self, model: str) -> tuple[dict[str, float], list[Rollout]]:
+    async def evaluate(self, model: str, examples: tuple[list[int], bool] | None = None
+                       ) -> tuple[dict[str, float], list[Rollout]]:
         """Eval split with `model`; the same seeds at every eval (common random numbers across steps)."""
         return await evaluate(self.env, self.client, model, self.args, self.sampling(), self.semaphore,
-                              lambda i: self.request_seed("eval", 0, i))
+                              lambda i: self.request_seed("eval", 0, i), examples)

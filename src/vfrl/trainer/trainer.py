@@ -362,6 +362,7 @@ class RLTrainer:
         t0 = time.perf_counter()
         path = await asyncio.to_thread(self.sync.save, model, version)
         name = await SERVER_CALLS.run(lambda: self.sync.load(path, version))
+        self.served = name  # the newest policy vLLM serves (GRPOTrainer.evaluate samples from it)
         return name, time.perf_counter() - t0
 
     def _follow(self) -> None:
