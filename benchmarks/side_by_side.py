@@ -390,13 +390,16 @@ def run_logged(cmd: list[str], env: dict, log: Path) -> tuple[float, float, int]
     return t0, time.time() - t0, code
 
 
+TRL_ENV = {"OMP_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false", "WANDB_DISABLED": "true"}  # its venv has no vfrl: no PYTHONPATH
+
+
 def run_trl(case: Case, config: dict, model: Path, trl_py: Path, data: Path, work: Path, i: int, trl_vllm: str) -> dict:
     out = work / f"trl-{case.name.replace('@', '-')}-{i}.jsonl"
     cmd = [rel(trl_py), *trl_args(case, config, model, data, out, trl_vllm)]
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {
-        "OMP_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false", "WANDB_DISABLED": "true"}
-    record = {"command": shlex.join(cmd), "env": "OMP_NUM_THREADS=2 HF_HUB_OFFLINE=1", "load_before": os.getloadavg()}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | TRL_ENV
+    record = {"command": shlex.join(cmd), "env": " ".join(f"{k}={v}" for k, v in TRL_ENV.items()),
+              "load_before": os.getloadavg()}
     launch, wall, code = run_logged(cmd, env, out.with_suffix(".log"))
     lines = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
     return finish(record, launch, wall, code, trl_steps(lines, launch), case, out.with_suffix(".log"))
@@ -437,17 +440,15 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="rounds per workload (TRL then vf-rl each)")
     ap.add_argument("--workloads", default="quickstart,19m,19m-scaling")
     ap.add_argument("--steps", type=int, help="steps per run for every workload (default: quickstart 160, 19M 15)")
-    ap.add_argument("--trl-vllm", choices=["auto", "none", "colocate", "server"], default="auto",
-                    help="TRL's generation: auto = model.generate on CPU, vLLM colocate on a GPU")
+    ap.add_argument("--trl-vllm", choices=["auto", "none", "colocate"], default="auto",
+                    help="TRL's generation: auto = model.generate on CPU, vLLM colocate on a GPU (server mode, which "
+                         "needs `trl vllm-serve` on GPUs of its own, is not wired yet)")
     ap.add_argument("--docs", type=Path, default=ROOT / "docs",
                     help="where benchmarks.md, benchmarks/side_by_side.json and the plots go")
     args = ap.parse_args()
     cases = workload_cases(args.workloads.split(","), args.steps)
     gpus = gpu_names()
     trl_vllm = ("colocate" if gpus else "none") if args.trl_vllm == "auto" else args.trl_vllm
-    if trl_vllm == "server":
-        raise SystemExit("side_by_side.py: --trl-vllm server is not wired yet (it needs `trl vllm-serve` on GPUs of "
-                         "its own); use colocate")
 
     trl_py = ROOT / subprocess.run(["bash", "benchmarks/trl_env.sh"], cwd=ROOT, check=True, capture_output=True,
                                    text=True, env=os.environ | {"VFRL_VENV": str(BIN.parent)}).stdout.strip()
