@@ -35,10 +35,11 @@ def run_once() -> tuple[str, Path]:
     return row, run_dir
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace this benchmark's own `## Quick start` section of docs/benchmarks.md; other sections stay."""
+def write_section(path: Path, section: str, heading: str = "## Quick start") -> None:
+    """Replace a benchmark's own section of docs/benchmarks.md (the one that starts with `heading`, this one's
+    by default; benchmarks/side_by_side.py writes its own), or append it; other sections stay."""
     text = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    head, sep, rest = text.partition("## Quick start")
+    head, sep, rest = text.partition(heading)
     tail = rest[rest.find("\n## "):] if sep and "\n## " in rest else ""
     path.write_text((head if sep else text.rstrip("\n") + "\n\n") + section.rstrip("\n") + "\n" + tail)
 

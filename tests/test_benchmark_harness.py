@@ -1,0 +1,159 @@
+"""The pure parts of benchmarks/side_by_side.py (figures from step rows, same-round ratios, the docs section)
+and benchmarks/trl_grpo.py's copy of the reverse-text reward. No TRL, no vLLM: fake metric rows only."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+sbs = load("side_by_side")
+
+
+def vfrl_metrics(rewards, step_s=2.0, generate_s=1.5, train_s=1.8, sync_s=0.1, start=1000.0):
+    """metrics.jsonl as the trainer writes it: step lines, plus an eval line to be ignored."""
+    rows, t = [{"step": 0, "eval/reward_mean": 0.4}], start
+    for i, reward in enumerate(rewards, 1):
+        rows.append({"step": i, "reward_mean": reward, "step_s": step_s, "generate_s": generate_s,
+                     "train_s": train_s, "sync_s": sync_s, "wait_s": step_s - train_s - sync_s,
+                     "train_start": t + step_s - sync_s - train_s, "train_end": t + step_s - sync_s,
+                     "completion_len": 7.0})
+        t += step_s
+    return rows
+
+
+def trl_lines(rewards, step_s=1.0, start=1000.0):
+    return [{"step": i, "t": start + i * step_s, "step_s": step_s, "reward_mean": r, "completion_len": 6.0,
+             "step_time": step_s * 0.9, "loss": 0.0} for i, r in enumerate(rewards, 1)]
+
+
+def test_vfrl_rows_skip_eval_lines_and_end_when_the_adapter_is_pushed():
+    rows = sbs.vfrl_steps(vfrl_metrics([0.5, 0.6], start=1000.0), launch=970.0)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert rows[0]["end_s"] == pytest.approx(32.0) and rows[1]["end_s"] == pytest.approx(34.0)
+    assert rows[1]["reward"] == 0.6 and rows[1]["generate_s"] == 1.5
+
+
+def test_time_to_gain_is_the_first_10_step_mean_015_above_the_first_5_steps():
+    # 5 steps at 0.5, then 0.7: the 10-step mean ending at step k is 0.5 + 0.2 * (k - 5) / 10 (k <= 15),
+    # which reaches 0.65 at step 13 (0.5 + 0.16)
+    rewards = [0.5] * 5 + [0.7] * 20
+    rows = sbs.trl_steps(trl_lines(rewards, step_s=2.0, start=1000.0), launch=990.0)
+    assert sbs.time_to_gain(rows) == (pytest.approx(36.0), 13)  # 1000 + 13 * 2 - 990
+    assert sbs.time_to_gain(rows, gain=0.3) is None  # never that high
+    assert sbs.time_to_gain(rows[:8]) is None  # fewer steps than the window
+
+
+def test_summary_of_a_vfrl_run_leaves_out_the_first_step_and_splits_the_step():
+    metrics = vfrl_metrics([0.5] * 12)
+    metrics[1]["step_s"] = 30.0  # the first step waits for the first batch: not in the medians
+    s = sbs.summarize(sbs.vfrl_steps(metrics, launch=900.0), wall_s=140.0)
+    assert s["steps"] == 12 and s["wall_s"] == 140.0
+    assert s["median_step_s"] == 2.0 and s["median_generate_s"] == 1.5 and s["median_train_s"] == 1.8
+    assert s["step_over_max_gen_train"] == pytest.approx(2.0 / 1.8)
+    assert s["sync_share"] == pytest.approx(0.05)
+    assert s["reward_gain"] == 0.0 and s["time_to_gain_s"] is None
+    assert s["first_step_end_s"] == pytest.approx(102.0)  # its adapter is pushed at 1000 + 2 s; launch at 900
+
+
+def test_ratios_are_taken_within_a_round_then_their_median():
+    # round 1: TRL 1 s vs ours 2 s (0.5x); round 2: TRL 4 s vs ours 2 s (2x); round 3: 3 s vs 3 s (1x).
+    # The median of the same-round ratios is 1.0; the ratio of the medians (3 / 2) would be 1.5.
+    rounds = []
+    for trl_s, ours_s in ((1.0, 2.0), (4.0, 2.0), (3.0, 3.0)):
+        trl = sbs.summarize(sbs.trl_steps(trl_lines([0.5] * 4, step_s=trl_s), launch=990.0), wall_s=10.0)
+        ours = sbs.summarize(sbs.vfrl_steps(vfrl_metrics([0.5] * 4, step_s=ours_s), launch=990.0), wall_s=20.0)
+        rounds.append({"trl": {"summary": trl}, "vfrl": {"summary": ours}, "ratios": sbs.ratios(trl, ours)})
+    rounds.append({"trl": {"error": "exit code 1"}, "vfrl": {}})  # a failed round counts nowhere
+    s = sbs.case_summary(rounds)
+    assert s["rounds"] == 3
+    assert s["ratio_step"] == 1.0 and s["ratio_step_range"] == [0.5, 2.0]
+    assert s["trl"]["median_step_s"] == 3.0 and s["vfrl"]["median_step_s"] == 2.0
+    assert s["ratio_wall"] == 0.5 and s["ratio_time_to_gain"] is None
+
+
+def test_workloads_share_the_19m_case_at_64_rollouts():
+    cases = sbs.workload_cases(["19m", "19m-scaling", "quickstart"], None)
+    assert [(c.name, c.rollouts, c.steps) for c in cases] == [
+        ("19m@64", 64, 15), ("19m@128", 128, 15), ("19m@256", 256, 15), ("quickstart", 128, 160)]
+    assert {c.steps for c in sbs.workload_cases(["quickstart", "19m"], 3)} == {3}
+    with pytest.raises(SystemExit, match="unknown workload 'big'"):
+        sbs.workload_cases(["big"], None)
+
+
+def fake_result():
+    rounds = []
+    for i in range(2):
+        trl_rows = sbs.trl_steps(trl_lines([0.5] * 5 + [0.9] * 15, step_s=0.5), launch=995.0)
+        ours_rows = sbs.vfrl_steps(vfrl_metrics([0.5] * 5 + [0.9] * 15, step_s=1.0 + i), launch=960.0)
+        trl = {"load_before": (0.5, 0.4, 0.3), "steps": trl_rows, "summary": sbs.summarize(trl_rows, 12.0)}
+        ours = {"load_before": (1.5, 0.4, 0.3), "steps": ours_rows, "summary": sbs.summarize(ours_rows, 70.0)}
+        rounds.append({"trl": trl, "vfrl": ours, "ratios": sbs.ratios(trl["summary"], ours["summary"])})
+    return {
+        "date": "2026-11-24 00:00 UTC", "command": "benchmarks/side_by_side.py --runs 2", "git_commit": "abc1234",
+        "machine": {"cores": 2, "cpu": "Some CPU", "memory_gib": 24.0, "gpus": [], "python": "3.11.7"},
+        "versions": {"vfrl": {"vfrl": "0.1.0", "torch": "2.13.0+cpu", "vllm": "0.32.0"},
+                     "trl": {"trl": "1.16.0", "torch": "2.13.0+cpu", "transformers": "5.19.0"}},
+        "cases": {"quickstart": {"case": {"name": "quickstart", "rollouts": 128, "steps": 20}, "rounds": rounds,
+                                 "summary": sbs.case_summary(rounds)}},
+    }
+
+
+def test_the_section_has_one_row_per_workload_and_round():
+    text = sbs.render_section(fake_result())
+    assert text.startswith("## Side by side with TRL\n")
+    # ours: 1 s then 2 s a step, TRL 0.5 s: same-round ratios 0.5 and 0.25, median 0.375
+    assert "| quickstart | 128 | 20 x 2 | 0.50 s | 1.50 s | 0.38x (0.25-0.50) | 1.50 / 1.80 / 0.10 /" in text
+    # the 10-step mean passes 0.65 at step 10, which TRL ends at 1000 + 10 * 0.5 - 995 = 10 s from launch
+    assert "| quickstart | TRL | 0.500 -> 0.900 | +0.400 | 10 s (step 10) | 6 s | 12 s |" in text
+    assert "| quickstart | 2 | 0.5 / 1.5 | 0.50 s | 2.00 s | 0.25x |" in text
+    assert "load average before the runs 0.5-1.5" in text and "no GPU" in text
+
+
+def test_docs_say_how_to_run_it():
+    assert sbs.HOW_TO in (ROOT / "docs" / "benchmarks.md").read_text()
+
+
+def test_md_table():
+    assert sbs.md_table(["a", "b"], [["1", "2"], ["3", "4"]]) == "| a | b |\n|---|---|\n| 1 | 2 |\n| 3 | 4 |\n"
+
+
+def test_the_section_replaces_only_itself(tmp_path):
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Benchmarks\n\n## Quick start\n\nq\n\n## Launcher start time\n\nl\n")
+    sbs.write_section(doc, sbs.HOW_TO, sbs.HEADING)
+    first = doc.read_text()
+    assert first.startswith("# Benchmarks\n\n## Quick start\n\nq\n\n## Launcher start time\n\nl\n\n## Side by side")
+    sbs.write_section(doc, sbs.render_section(fake_result()), sbs.HEADING)
+    sbs.write_section(doc, sbs.render_section(fake_result()), sbs.HEADING)
+    text = doc.read_text()
+    assert text.count("## Side by side with TRL") == 1 and "| quickstart | 128 |" in text
+    assert text.startswith("# Benchmarks\n\n## Quick start\n\nq\n\n## Launcher start time\n\nl\n\n")
+
+
+def test_plots_are_written(tmp_path):
+    paths = sbs.plot(fake_result(), tmp_path)
+    assert [p.name for p in paths] == ["side_by_side_step_time.png", "side_by_side_reward.png"]
+    assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_trl_gets_the_reverse_text_reward():
+    import vfrl
+
+    trl_grpo = load("trl_grpo")
+    rubric = vfrl.load_environment("reverse-text").rubric
+    ours = rubric.funcs[0]
+    for reply, answer in (("cba", "cba"), (" cb \n", "cba"), ("", "abc"), ("xyzabc", "cba")):
+        completion = [{"role": "assistant", "content": reply}]
+        assert trl_grpo.lcs_reward([completion], [answer]) == [ours(completion, answer)]
