@@ -1,6 +1,6 @@
 """vf-rl and TRL's GRPOTrainer side by side on the same workloads, one command.
 
-    .venv/bin/python benchmarks/side_by_side.py [--runs 3] [--workloads quickstart,19m,19m-scaling] [--steps N]
+    .venv/bin/python benchmarks/side_by_side.py [--runs 3] [--workloads quickstart,19m,19m-scaling] [--steps N] [--steps-19m N]
 
 Workloads (each a vf-rl config; TRL gets the same model, data, reward, LoRA, learning rate, rollouts per step,
 group size, micro-batch and max tokens, read from that config):
@@ -44,7 +44,7 @@ SKIP = 1  # steps left out of step-time medians: the first has no overlap (vf-rl
 
 HOW_TO = f"""{HEADING}
 
-`.venv/bin/python benchmarks/side_by_side.py [--runs 3] [--workloads quickstart,19m,19m-scaling] [--steps N]`
+`.venv/bin/python benchmarks/side_by_side.py [--runs 3] [--workloads quickstart,19m,19m-scaling] [--steps N] [--steps-19m N]`
 runs TRL 1.16's `GRPOTrainer` and then `vf-rl` on the same workloads, `--runs` rounds each: the quick start
 (`configs/rl/quickstart.toml`, 160 steps), a random 19M Qwen2 (8 layers, hidden 512, `benchmarks/configs/19m.toml`,
 64 rollouts of <= 64 tokens, 15 steps; the model is made in `models/bench-19m` when missing) and the same
@@ -70,10 +70,11 @@ class Case:
     steps: int
 
 
-def workload_cases(names: list[str], steps: int | None) -> list[Case]:
-    """The cases the named workloads need, each once (19m is 19m-scaling's first case), in order."""
+def workload_cases(names: list[str], steps: int | None, steps_19m: int | None = None) -> list[Case]:
+    """The cases the named workloads need, each once (19m is 19m-scaling's first case), in order.
+    `steps`: every case's steps; `steps_19m`: the 19M cases' steps (before `steps`)."""
     def c19(n: int) -> Case:
-        return Case(f"19m@{n}", "benchmarks/configs/19m.toml", n, steps or 15)
+        return Case(f"19m@{n}", "benchmarks/configs/19m.toml", n, steps_19m or steps or 15)
 
     table = {
         "quickstart": [Case("quickstart", "configs/rl/quickstart.toml", 128, steps or 160)],
@@ -440,13 +441,14 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="rounds per workload (TRL then vf-rl each)")
     ap.add_argument("--workloads", default="quickstart,19m,19m-scaling")
     ap.add_argument("--steps", type=int, help="steps per run for every workload (default: quickstart 160, 19M 15)")
+    ap.add_argument("--steps-19m", type=int, help="steps per run of the 19M cases only (overrides --steps for them)")
     ap.add_argument("--trl-vllm", choices=["auto", "none", "colocate"], default="auto",
                     help="TRL's generation: auto = model.generate on CPU, vLLM colocate on a GPU (server mode, which "
                          "needs `trl vllm-serve` on GPUs of its own, is not wired yet)")
     ap.add_argument("--docs", type=Path, default=ROOT / "docs",
                     help="where benchmarks.md, benchmarks/side_by_side.json and the plots go")
     args = ap.parse_args()
-    cases = workload_cases(args.workloads.split(","), args.steps)
+    cases = workload_cases(args.workloads.split(","), args.steps, args.steps_19m)
     gpus = gpu_names()
     trl_vllm = ("colocate" if gpus else "none") if args.trl_vllm == "auto" else args.trl_vllm
 

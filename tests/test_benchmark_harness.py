@@ -88,6 +88,7 @@ def test_workloads_share_the_19m_case_at_64_rollouts():
     assert [(c.name, c.rollouts, c.steps) for c in cases] == [
         ("19m@64", 64, 15), ("19m@128", 128, 15), ("19m@256", 256, 15), ("quickstart", 128, 160)]
     assert {c.steps for c in sbs.workload_cases(["quickstart", "19m"], 3)} == {3}
+    assert [c.steps for c in sbs.workload_cases(["quickstart", "19m"], None, 4)] == [160, 4]
     with pytest.raises(SystemExit, match="unknown workload 'big'"):
         sbs.workload_cases(["big"], None)
 
