@@ -250,3 +250,21 @@ def test_micro_batches_go_by_length_without_padding_columns_and_keep_the_gradien
     # the step's gradients (still in .grad) agree; Adam's first update is lr x sign, so compare those
     grads = [(p.grad, q.grad) for p, q in zip(whole.model.parameters(), split.model.parameters()) if p.requires_grad]
     assert all(torch.allclose(g, h, rtol=1e-4, atol=1e-7) for g, h in grads) and any(g.abs().sum() > 0 for g, _ in grads)
+
+
+def test_an_adapter_push_writes_what_peft_loads_without_a_model_card(tiny_model, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from vfrl.trainer.weight_sync import save_adapter
+
+    trainer = make_trainer(tiny_model, tmp_path / "run")
+    trainer.train_step(fake_batch(trainer))  # lora_B is no longer zero
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    save_adapter(model, tmp_path / "adapter")
+    assert sorted(p.name for p in (tmp_path / "adapter").iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+    assert "create_or_update_model_card" not in vars(model)  # the method is back
+    loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model), tmp_path / "adapter")
+    mine = {n: p for n, p in model.named_parameters() if "lora_" in n}
+    theirs = dict(loaded.named_parameters())
+    assert mine and all(torch.equal(p.detach(), theirs[n].detach()) for n, p in mine.items())
