@@ -1,6 +1,6 @@
 """vf-rl and TRL's GRPOTrainer side by side on the same workloads, one command.
 
-    .venv/bin/python benchmarks/side_by_side.py [--runs 3] [--workloads quickstart,19m,19m-scaling] [--steps N] [--steps-19m N]
+    .venv/bin/python benchmarks/side_by_side.py [--runs 3] [--workloads quickstart,19m,19m-scaling] [--steps N] [--steps-19m N] [--render-only]
 
 Workloads (each a vf-rl config; TRL gets the same model, data, reward, LoRA, learning rate, rollouts per step,
 group size, micro-batch and max tokens, read from that config):
@@ -44,7 +44,7 @@ SKIP = 1  # steps left out of step-time medians: the first has no overlap (vf-rl
 
 HOW_TO = f"""{HEADING}
 
-`.venv/bin/python benchmarks/side_by_side.py [--runs 3] [--workloads quickstart,19m,19m-scaling] [--steps N] [--steps-19m N]`
+`.venv/bin/python benchmarks/side_by_side.py [--runs 3] [--workloads quickstart,19m,19m-scaling] [--steps N] [--steps-19m N] [--render-only]`
 runs TRL 1.16's `GRPOTrainer` and then `vf-rl` on the same workloads, `--runs` rounds each: the quick start
 (`configs/rl/quickstart.toml`, 160 steps), a random 19M Qwen2 (8 layers, hidden 512, `benchmarks/configs/19m.toml`,
 64 rollouts of <= 64 tokens, 15 steps; the model is made in `models/bench-19m` when missing) and the same
@@ -447,7 +447,16 @@ def main() -> None:
                          "needs `trl vllm-serve` on GPUs of its own, is not wired yet)")
     ap.add_argument("--docs", type=Path, default=ROOT / "docs",
                     help="where benchmarks.md, benchmarks/side_by_side.json and the plots go")
+    ap.add_argument("--render-only", action="store_true",
+                    help="only render the tables, plots and docs section from the saved side_by_side.json (e.g. of "
+                         "a run stopped before its last case)")
     args = ap.parse_args()
+    if args.render_only:
+        out_dir = args.docs / "benchmarks"
+        result = json.loads((out_dir / "side_by_side.json").read_text())
+        plot(result, out_dir)
+        write_section(args.docs / "benchmarks.md", render_section(result), HEADING)
+        return
     cases = workload_cases(args.workloads.split(","), args.steps, args.steps_19m)
     gpus = gpu_names()
     trl_vllm = ("colocate" if gpus else "none") if args.trl_vllm == "auto" else args.trl_vllm
