@@ -14,6 +14,7 @@ from typing import Any, Literal
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from vfrl.inference.endpoints import client_host
 from vfrl.inference.lora_ranks import VLLM_LORA_RANKS
 
 
@@ -66,6 +67,49 @@ class InferenceConfig(Strict):
         "auto", description="Serve vLLM's scale-out routes (`--enable-scale-out`: `/inference/v1/generate`, "
         "`/render`, behind the API key), which verifiers 0.4 environments sample through. auto: on when env.id "
         "is a verifiers package (its distribution requires verifiers, or its source imports it).")
+    # ---- a server vf-rl did not start (inference/remote.py, docs/scaling.md) ----
+    base_url: str | None = Field(
+        None, description="The OpenAI base URL of a vLLM server vf-rl did not start (\"http://host:8000/v1\"): vf-rl "
+        "then starts only the trainer, checks the server before training and never stops it. The server must read "
+        "the run directory at the same path (shared storage). gpus, share_gpus, host, port and args describe a server "
+        "vf-rl starts and are not used.")
+    api_key_var: str = Field(
+        "VFRL_API_KEY", description="With base_url: the environment variable that holds the server's API key "
+        "(vLLM's --api-key); unset: no key is sent.")
+
+    @field_validator("base_url")
+    @classmethod
+    def _openai_base_url(cls, v: str | None) -> str | None:
+        from urllib.parse import urlsplit
+
+        if v is None:
+            return v
+        url = urlsplit(v.rstrip("/"))
+        if url.scheme not in ("http", "https") or not url.hostname or not url.path.endswith("/v1"):
+            raise ValueError('must be the OpenAI base URL of a vLLM server, http(s)://host:port/v1, '
+                             'e.g. "http://gpu-node-3:8000/v1"')
+        return v.rstrip("/")
+
+    @field_validator("api_key_var")
+    @classmethod
+    def _variable_name(cls, v: str) -> str:
+        if not v.isidentifier():
+            raise ValueError('must be the name of an environment variable that holds the key, e.g. "VLLM_API_KEY", '
+                             'not the key itself')
+        return v
+
+    @model_validator(mode="after")
+    def _key_only_for_a_remote_server(self) -> "InferenceConfig":
+        if "api_key_var" in self.model_fields_set and self.base_url is None:
+            raise RuleError([("api_key_var", self.api_key_var,
+                              "only used with inference.base_url; a server vf-rl starts gets a key vf-rl makes")])
+        return self
+
+    @property
+    def url(self) -> str:
+        """The OpenAI base URL the trainer calls: base_url, else the server vf-rl starts (a wildcard bind
+        dialled on loopback)."""
+        return self.base_url or f"http://{client_host(self.host)}:{self.port}/v1"
 
 
 class TrainerArgs(Strict):

@@ -21,7 +21,7 @@ app = typer.Typer(add_completion=False, help=__doc__, pretty_exceptions_enable=F
 def train(
     at: Annotated[str, typer.Argument(metavar="@", help="Literal '@' followed by the resolved config file.")],
     config_path: Annotated[Path, typer.Argument(metavar="CONFIG", exists=True, dir_okay=False)],
-    base_url: Annotated[str | None, typer.Option(help="vLLM base URL; default from [inference] host/port.")] = None,
+    base_url: Annotated[str | None, typer.Option(help="vLLM base URL; default: inference.base_url, else [inference] host/port.")] = None,
 ) -> None:
     """Train the run described by CONFIG (as written by vf-rl into the run directory)."""
     if at != "@":
@@ -53,9 +53,8 @@ def run(config_path: Path, run_dir: Path, base_url: str | None) -> None:
 
     hf_logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bar, every sync and checkpoint
     cfg = load_config(config_path)
-    host = "127.0.0.1" if cfg.inference.host in ("0.0.0.0", "::") else cfg.inference.host
-    url = base_url or f"http://{host}:{cfg.inference.port}/v1"
-    RLTrainer(cfg, run_dir, url, os.environ.get(API_KEY_ENV, "EMPTY")).train()
+    # the pane's VFRL_API_KEY: the key vf-rl made for its server, or inference.api_key_var's for a remote one
+    RLTrainer(cfg, run_dir, base_url or cfg.inference.url, os.environ.get(API_KEY_ENV, "EMPTY")).train()
 
 
 def main() -> None:
