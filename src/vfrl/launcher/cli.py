@@ -1,5 +1,7 @@
 """vf-rl: validate a run config, plan devices, and start vLLM + trainer in a tmux session.
 
+With inference.base_url (a vLLM server vf-rl did not start) it checks that server and starts only the trainer.
+
     vf-rl @ CONFIG [--trainer.args.max_steps 10 ...]   start a run (attaches when run in a terminal)
     vf-rl @ CONFIG --dry-run                           print the resolved config and the plan; start nothing
     vf-rl status | logs [-f] | stop [SESSION]          runs in tmux, for people not attached
@@ -89,6 +91,8 @@ def run(
 ) -> None:
     """Start a run: `vf-rl @ CONFIG` (same as `vf-rl run CONFIG`).
 
+    With inference.base_url (in CONFIG or --inference.base_url http://host:8000/v1) it trains against a vLLM server vf-rl did not start: the server is checked first, only the trainer starts, and the server is never stopped (docs/scaling.md).
+
     Override config keys after CONFIG by their dotted names; overrides are validated like the file and written into the run's resolved config.toml:
 
     vf-rl @ cfg.toml --trainer.args.max_steps 10 --inference.port=0 --model Qwen/Qwen2.5-0.5B-Instruct
@@ -112,7 +116,8 @@ def run(
     plan.trainer.env[RESUME_COMMAND_ENV] = shlex.join(
         ["vf-rl", "@", str(config_path), *ctx.args, *(["--session", session] if session else []),
          *(["--tmux-socket", tmux_socket] if tmux_socket else [])])
-    if notice := network_notice(plan.config.inference.host):
+    remote = plan.config.inference.base_url
+    if not remote and (notice := network_notice(plan.config.inference.host)):
         typer.echo(f"vf-rl: note: {notice}", err=True)
     if dry_run:
         print_dry_run(plan, config_path, run_dir, workdir, machine, tmux_socket,
@@ -121,13 +126,16 @@ def run(
         raise typer.Exit(0)
     for note in plan.notes:
         typer.secho(f"vf-rl: note: {note}", err=True, fg=typer.colors.YELLOW)
+    if remote:
+        check_remote_server(plan.config)
     if exists:
         lifecycle.stop_run(srv, session_name, echo=typer.echo)
     launch(srv, plan, config_path, run_dir, workdir)
     typer.echo(f"vf-rl: run directory {run_dir}")
     inference = plan.config.inference
-    typer.echo(f"vf-rl: tmux session '{session_name}' started (inference on {plan.device}, "
-               f"vLLM at http://{inference.host}:{inference.port}/v1)")
+    typer.echo(f"vf-rl: tmux session '{session_name}' started " + (
+        f"(the trainer only, on {plan.device}; vLLM at {remote}, not started by vf-rl)" if remote else
+        f"(inference on {plan.device}, vLLM at http://{inference.host}:{inference.port}/v1)"))
     if detach:
         typer.echo(f"vf-rl: follow with `vf-rl logs -f{' --tmux-socket ' + tmux_socket if tmux_socket else ''}` or "
                    f"`{tmux_hint(tmux_socket)} attach -t {session_name}`; stop with `vf-rl stop {session_name}`")
@@ -208,22 +216,42 @@ def print_dry_run(plan, config_path: Path, run_dir: Path, workdir: Path, machine
         typer.echo(f"\n# the tmux session '{plan.session}' exists: {exists}")
 
 
+def check_remote_server(cfg: RLConfig) -> None:
+    """inference.base_url: the server must offer what the run needs before the trainer starts; one line per lack."""
+    from vfrl.inference.remote import server_problems
+
+    typer.echo(f"vf-rl: checking the vLLM server at {cfg.inference.base_url}")
+    if problems := server_problems(cfg):
+        for problem in problems[:-1]:
+            typer.secho(f"vf-rl: error: {problem}", err=True, fg=typer.colors.RED)
+        fail(problems[-1])
+
+
 def launch(srv, plan, config_path: Path, run_dir: Path, workdir: Path) -> None:
-    """Pick the port, write the run directory (resolved config, environment, API key, pane scripts), start tmux."""
+    """Pick the port, write the run directory (resolved config, environment, API key, pane scripts), start tmux.
+    A remote server's key (inference.api_key_var) reaches the trainer the way the key of vf-rl's own does."""
     inference = plan.config.inference
-    if inference.port == 0:
-        inference.port = free_port(inference.host)
-    elif port_in_use(inference.host, inference.port):
-        fail(f"{config_path}: inference.port = {inference.port} is already in use on {inference.host}; "
-             f"choose another port, or set inference.port = 0 to pick a free one.")
+    if inference.base_url:
+        from vfrl.inference.remote import api_key
+
+        key = api_key(plan.config)
+    else:
+        key = secrets.token_urlsafe(24)
+        if inference.port == 0:
+            inference.port = free_port(inference.host)
+        elif port_in_use(inference.host, inference.port):
+            fail(f"{config_path}: inference.port = {inference.port} is already in use on {inference.host}; "
+                 f"choose another port, or set inference.port = 0 to pick a free one.")
     paths = RunDir(run_dir)
     paths.logs.mkdir(parents=True, exist_ok=True)
     write_config(plan.config, paths.config)
     write_environment(run_dir, os.environ)
     paths.api_key.touch(mode=0o600)
-    paths.api_key.write_text(secrets.token_urlsafe(24))
-    plan.inference.script.write_text(pane_script(plan.inference, run_dir, workdir, inference_epilogue(run_dir)))
-    plan.trainer.script.write_text(pane_script(plan.trainer, run_dir, workdir, trainer_epilogue(run_dir)))
+    paths.api_key.write_text(key)
+    if plan.inference is not None:
+        plan.inference.script.write_text(pane_script(plan.inference, run_dir, workdir, inference_epilogue(run_dir)))
+    plan.trainer.script.write_text(pane_script(plan.trainer, run_dir, workdir,
+                                               trainer_epilogue(run_dir, remote=inference.base_url)))
     tmux.start_session(srv, plan, workdir)
 
 
@@ -296,6 +324,8 @@ def logs(
         run_dir = Path(target)
     else:
         _, run_dir = pick_session(tmux.server(tmux_socket), target, tmux_socket)
+    if pane == "inference" and (remote := lifecycle.remote_server(run_dir)):
+        fail(f"{run_dir}: the inference server is remote ({remote}, inference.base_url); its log is where it runs")
     path = RunDir(run_dir).log(pane)
     text, end = lifecycle.tail(path, lines)
     sys.stdout.write(text)

@@ -5,11 +5,13 @@ its step (adapters are written atomically, so the last one on disk is whole), it
 records the exit code and stops the inference server (a trainer that already exited gets no Ctrl-C:
 its pane is left to finish that). Whatever is still alive after that (a stuck
 process, a child that escaped) gets SIGTERM, then SIGKILL; then the tmux session is closed.
+A remote server (inference.base_url) has no pane and no process of the run: nothing here reaches it.
 """
 
 from __future__ import annotations
 
 import time
+import tomllib
 from pathlib import Path
 from typing import Callable
 
@@ -49,7 +51,8 @@ def stop_run(srv: libtmux.Server, session: str, trainer_grace: float = 60, grace
     trainer_done = bool(run_dir_option) and paths.exit_code("trainer").exists()
     if trainer and not trainer.dead and trainer_done:
         # the trainer has exited and its pane script is stopping the server: no Ctrl-C into that epilogue
-        echo(f"vf-rl: '{session}': the trainer has exited; its pane is stopping the inference server")
+        echo(f"vf-rl: '{session}': the trainer has exited; its pane is "
+             + ("stopping the inference server" if panes["inference"] else "finishing"))
         wait_dead(srv, session, "trainer", grace + 15)
     elif trainer and not trainer.dead:
         echo(f"vf-rl: stopping '{session}': Ctrl-C to the trainer (waits up to {trainer_grace:.0f}s for its step)")
@@ -95,10 +98,21 @@ def describe_pane(state: tmux.PaneState | None, exit_code_file: Path | None = No
     return f"exited {state.exit_status}" if state.exit_status is not None else "exited"
 
 
+def remote_server(run_dir: Path) -> str | None:
+    """The run's inference.base_url (a server vf-rl did not start), from its resolved config; None for its own."""
+    try:
+        return tomllib.loads(RunDir(run_dir).config.read_text()).get("inference", {}).get("base_url")
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+
+
 def status_line(srv: libtmux.Server, session: str, run_dir: Path) -> str:
     paths = RunDir(run_dir)
     trainer = describe_pane(tmux.pane_state(srv, session, "trainer"), paths.exit_code("trainer"))
-    inference = describe_pane(tmux.pane_state(srv, session, "inference"), paths.exit_code("inference"))
+    if remote := remote_server(run_dir):
+        inference = f"remote at {remote}"
+    else:
+        inference = describe_pane(tmux.pane_state(srv, session, "inference"), paths.exit_code("inference"))
     m = last_metrics(run_dir)
     progress = (f"step {m['step']}/{m['max_steps']}, reward {m['reward_mean']:.3f}" if m
                 else "no step yet")

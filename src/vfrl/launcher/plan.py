@@ -9,6 +9,8 @@ Pure functions of (config, run dir, machine): unit-testable without GPUs, tmux o
       Inference  CUDA_VISIBLE_DEVICES=0             vLLM --gpu-memory-utilization 0.33 (derived: Qwen2.5-0.5B, 80 GB)
       Trainer    CUDA_VISIBLE_DEVICES=0             the rest of the GPU
     no GPU: vLLM's threads bound to the first half of the cores, the trainer gets the rest
+    inference.base_url (a server vf-rl did not start): no inference pane; the trainer gets every core, or
+      the first trainer.gpus GPUs
 
 GPUs are named as the user's CUDA_VISIBLE_DEVICES names them: started with CUDA_VISIBLE_DEVICES=2,3,
 vLLM gets "2" and the trainer "3".
@@ -81,7 +83,7 @@ class Plan:
     device: str  # "cuda" or "cpu"
     inference_devices: list[str]
     trainer_devices: list[str]
-    inference: PanePlan
+    inference: PanePlan | None  # None: the server is remote (inference.base_url), vf-rl starts none
     trainer: PanePlan
     metrics: PanePlan  # `vf-rl watch RUN_DIR` under the trainer: one line per step
     config: RLConfig  # the resolved config the panes read (vf-rl writes it to run_dir/config.toml)
@@ -290,10 +292,19 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
     config_file = paths.config
     inf_env: dict[str, str] = {}
     tr_env: dict[str, str] = {}
-    use_gpu = machine.gpus > 0 and cfg.inference.gpus > 0
+    remote = cfg.inference.base_url is not None
+    use_gpu = machine.gpus > 0 and (cfg.trainer.gpus if remote else cfg.inference.gpus) > 0
     tp = dp = 1
     memory, notes = None, []
-    if use_gpu:
+    if remote:
+        notes += remote_notes(cfg)
+    if remote and use_gpu:
+        if cfg.trainer.gpus > machine.gpus:
+            raise PlanError("trainer.gpus", cfg.trainer.gpus, f"this machine has {machine.gpus} GPU"
+                            f"{'s' * (machine.gpus != 1)}, all of them the trainer's (inference.base_url)")
+        inf_dev, tr_dev = [], list(machine.ids[:cfg.trainer.gpus])
+        tr_env["CUDA_VISIBLE_DEVICES"] = ",".join(tr_dev)
+    elif use_gpu:
         inf_dev, tr_dev = split_gpus(cfg.inference.gpus, cfg.trainer.gpus, machine.ids, cfg.inference.share_gpus)
         inf_env["CUDA_VISIBLE_DEVICES"] = ",".join(inf_dev)
         tr_env["CUDA_VISIBLE_DEVICES"] = ",".join(tr_dev)
@@ -316,14 +327,15 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
         inf_env["CUDA_VISIBLE_DEVICES"] = ""
         inf_env["VLLM_CPU_OMP_THREADS_BIND"] = f"{cores[0]}-{cores[-1]}" if len(cores) > 1 else str(cores[0])
         tr_env["CUDA_VISIBLE_DEVICES"] = ""
-        tr_env["OMP_NUM_THREADS"] = str(trainer_threads)
+        tr_env["OMP_NUM_THREADS"] = str(machine.cpus if remote else trainer_threads)
     inf_cmd = [console_script("vf-vllm"), "@", str(config_file), "--pid-file", str(paths.inference_pid)]
     processes = len(tr_dev) or cfg.trainer.processes or 1  # trainer GPUs, else trainer.processes CPU processes
     tr_cmd = trainer_command(cfg, processes, bool(tr_dev), tr_env, machine, workdir, config_file)
     return Plan(
         run_dir=run_dir, session=session, device="cuda" if use_gpu else "cpu",
         inference_devices=inf_dev, trainer_devices=tr_dev,
-        inference=PanePlan("Inference", paths.pane_script("inference"), inf_env, inf_cmd, paths.log("inference")),
+        inference=None if remote else
+        PanePlan("Inference", paths.pane_script("inference"), inf_env, inf_cmd, paths.log("inference")),
         trainer=PanePlan("Trainer", paths.pane_script("trainer"), tr_env, tr_cmd, paths.log("trainer")),
         metrics=PanePlan("Metrics", paths.pane_script("trainer"), {}, [console_script("vf-rl"), "watch", str(run_dir)]),
         config=cfg, tensor_parallel=tp, data_parallel=dp, trainer_processes=processes, memory=memory, notes=notes,
@@ -347,6 +359,20 @@ def trainer_command(cfg: RLConfig, processes: int, on_gpus: bool, tr_env: dict[s
                 "--num-machines", "1", "--mixed-precision", "no", "--dynamo-backend", "no",
                 "--main-process-port", "0", console_script("vf-train"), "@", str(config_file)]
     return [console_script("vf-train"), "@", str(config_file)]
+
+
+# [inference] keys that describe the server vf-rl starts; with inference.base_url it starts none
+SERVER_KEYS = ("gpus", "share_gpus", "host", "port", "args")
+
+
+def remote_notes(cfg: RLConfig) -> list[str]:
+    """What vf-rl tells the user about a remote server's run: the [inference] keys of theirs it does not use."""
+    unused = [f"inference.{key}" for key in SERVER_KEYS if key in cfg.inference.model_fields_set]
+    if not unused:
+        return []
+    listed = " and ".join(filter(None, [", ".join(unused[:-1]), unused[-1]]))
+    return [f"inference.base_url: vf-rl starts no vLLM server, so {listed} (for a server it starts) "
+            f"{'is' if len(unused) == 1 else 'are'} not used"]
 
 
 def network_notice(host: str) -> str | None:
@@ -393,18 +419,24 @@ def inference_epilogue(run_dir: Path) -> list[str]:
     return [record_exit_code(run_dir, "inference")]
 
 
-def trainer_epilogue(run_dir: Path, grace_s: int = 30) -> list[str]:
-    """After the trainer: record its exit code (atomically), then stop the inference server and wait for it.
+def trainer_epilogue(run_dir: Path, grace_s: int = 30, remote: str | None = None) -> list[str]:
+    """After the trainer: record its exit code (atomically), then stop vf-rl's inference server and wait for it.
 
     vLLM shuts its engine and workers down on SIGTERM; if it has not within `grace_s` (seen on a loaded
     machine), the server and every process under it get SIGKILL together: killing only the server left
     its VLLM::Worker orphaned (clean-clone CI), holding the inference pane open.
+    A `remote` server (inference.base_url) is not vf-rl's: it is left running.
     """
     paths = RunDir(run_dir)
     q = lambda p: shlex.quote(str(p))  # noqa: E731
-    return [
+    done = [
         record_exit_code(run_dir, "trainer"),
         f"rm -f {q(paths.api_key)} {q(paths.environment)}  # both panes read them at start",
+    ]
+    if remote:
+        return done + [f"printf 'vf-rl: trainer exited with code %s; the inference server at %s was not started by "
+                       f"vf-rl and is left running.\\n' \"$code\" {q(remote)}"]
+    return done + [
         'tree() { echo "$1"; for c in $(pgrep -P "$1" 2>/dev/null); do tree "$c"; done; }',
         f"pid=$(cat {q(paths.inference_pid)} 2>/dev/null)",
         'if [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; then',
@@ -417,7 +449,13 @@ def trainer_epilogue(run_dir: Path, grace_s: int = 30) -> list[str]:
 
 def render_plan(plan: Plan, workdir: Path, machine: Machine, socket_name: str | None) -> str:
     """What `--dry-run` prints: the machine, the split, the run directory, and each pane's exact script."""
-    if plan.device == "cuda":
+    inference = plan.config.inference
+    if plan.inference is None:
+        devices = ((f"trainer GPUs {','.join(plan.trainer_devices)}" if plan.device == "cuda" else
+                    f"no GPU in use: trainer with {plan.trainer.env['OMP_NUM_THREADS']} thread(s)")
+                   + (f" x {plan.trainer_processes} processes" if plan.trainer_processes > 1 else "")
+                   + "; inference is remote")
+    elif plan.device == "cuda":
         devices = (f"inference GPUs {','.join(plan.inference_devices)} (vLLM: {plan.data_parallel} "
                    f"data-parallel x {plan.tensor_parallel} tensor-parallel); trainer GPUs "
                    f"{','.join(plan.trainer_devices) or 'none'} ({plan.trainer_processes} process"
@@ -450,10 +488,15 @@ def render_plan(plan: Plan, workdir: Path, machine: Machine, socket_name: str | 
     out += [
         f"run directory:  {plan.run_dir}",
         f"tmux session:   {plan.session}" + (f" (socket -L {socket_name})" if socket_name else ""),
-        f"vLLM endpoint:  http://{plan.config.inference.host}:{plan.config.inference.port}/v1"
-        + (" (port 0: a free port is picked at launch)" if plan.config.inference.port == 0 else ""),
+        f"vLLM endpoint:  {inference.base_url} (inference.base_url: a server vf-rl neither starts nor stops; API "
+        f"key from ${inference.api_key_var}; checked before the trainer starts)" if inference.base_url else
+        f"vLLM endpoint:  http://{inference.host}:{inference.port}/v1"
+        + (" (port 0: a free port is picked at launch)" if inference.port == 0 else ""),
     ]
-    for pane, after in ((plan.inference, inference_epilogue(plan.run_dir)), (plan.trainer, trainer_epilogue(plan.run_dir))):
+    panes = [(plan.trainer, trainer_epilogue(plan.run_dir, remote=inference.base_url))]
+    if plan.inference is not None:
+        panes.insert(0, (plan.inference, inference_epilogue(plan.run_dir)))
+    for pane, after in panes:
         out += ["", f"--- pane {pane.title}: {pane.script} ---", pane_script(pane, plan.run_dir, workdir, after).rstrip()]
     out += ["", f"--- pane {plan.metrics.title} (under the trainer): {shlex.join(plan.metrics.command)}"]
     return "\n".join(out)

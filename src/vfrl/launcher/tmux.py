@@ -1,4 +1,5 @@
-"""The tmux session of a run: one window, titled panes: Inference | Trainer, with Metrics under the trainer.
+"""The tmux session of a run: one window, titled panes: Inference | Trainer, with Metrics under the trainer
+(no Inference pane when the server is remote: inference.base_url).
 
 The session records its run in tmux user options, so `vf-rl stop/status/logs` find it from the
 session name alone: @vfrl-run-dir, @vfrl-inference-pane, @vfrl-trainer-pane (pane ids).
@@ -40,23 +41,28 @@ def session_exists(srv: libtmux.Server, name: str) -> bool:
 
 
 def start_session(srv: libtmux.Server, plan: Plan, workdir: Path) -> libtmux.Session:
+    """The panes of `plan`; without an inference pane (a remote server) the trainer's is the first."""
+    first = plan.inference or plan.trainer
     session = srv.new_session(
         session_name=plan.session, window_name="vf-rl", start_directory=str(workdir),
-        window_command=f"bash {plan.inference.script}", x=200, y=50,
+        window_command=f"bash {first.script}", x=200, y=50,
     )
     window = session.active_window
     # panes stay visible after their process exits, so the last lines can be read
     window.set_option("remain-on-exit", "on")
     session.set_option("pane-border-status", "top")
     session.set_option("pane-border-format", " #{pane_index}: #{pane_title} ")
-    inference = window.active_pane
-    trainer = window.split(shell=f"bash {plan.trainer.script}", start_directory=str(workdir))
-    inference.cmd("select-pane", "-T", plan.inference.title)
-    trainer.cmd("select-pane", "-T", plan.trainer.title)
     session.set_option(RUN_DIR_OPTION, str(plan.run_dir))
-    session.set_option(PANE_OPTION["inference"], inference.pane_id)
+    if plan.inference is None:
+        trainer = window.active_pane
+    else:
+        inference = window.active_pane
+        trainer = window.split(shell=f"bash {plan.trainer.script}", start_directory=str(workdir))
+        inference.cmd("select-pane", "-T", plan.inference.title)
+        session.set_option(PANE_OPTION["inference"], inference.pane_id)
+        window.select_layout("even-horizontal")
+    trainer.cmd("select-pane", "-T", plan.trainer.title)
     session.set_option(PANE_OPTION["trainer"], trainer.pane_id)
-    window.select_layout("even-horizontal")
     metrics = trainer.split(direction=PaneDirection.Below, size=12, shell=shlex.join(plan.metrics.command),
                             start_directory=str(workdir), environment={MARKER: str(plan.run_dir)})
     metrics.cmd("select-pane", "-T", plan.metrics.title)
