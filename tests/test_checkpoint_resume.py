@@ -195,13 +195,15 @@ def test_resume_finds_checkpoints(tmp_path):
         find_checkpoint(tmp_path / "outputs" / "other", "latest")
 
 
-def test_a_resumed_run_dir_forgets_the_old_exit_codes_and_keeps_the_old_config(tmp_path):
+def test_a_resumed_run_dir_forgets_the_old_exit_codes_and_pids_and_keeps_the_old_config(tmp_path):
     from vfrl.launcher.resume import prepare_run_dir
 
-    for name in ("trainer.exitcode", "inference.exitcode", "config.toml"):
+    for name in ("trainer.exitcode", "inference.exitcode", "config.toml", "inference.pid", "trainer.pid"):
         (tmp_path / name).write_text("0\n")
     prepare_run_dir(tmp_path)  # a stale inference code would let `vf-rl status` report the new server exited
     assert not (tmp_path / "trainer.exitcode").exists() and not (tmp_path / "inference.exitcode").exists()
+    # the old vf-vllm's pid names a dead process: the trainer would take the new (or remote) server for lost
+    assert not (tmp_path / "inference.pid").exists() and not (tmp_path / "trainer.pid").exists()
     assert [p.read_text() for p in tmp_path.glob("config.before-resume-*.toml")] == ["0\n"]
 
 

@@ -96,6 +96,15 @@ def test_the_one_line_names_a_lost_server_and_its_log_and_exits_3(trainer):
     assert "\n" not in stopped.line
 
 
+def test_a_lost_remote_server_is_named_with_its_own_log_not_one_vf_rl_never_wrote(trainer):
+    trainer.steps_done = 1
+    trainer.inference_pid_file = None  # inference.base_url: vf-rl started no server and has no inference.log
+    stopped = RLTrainer.stopped_by(trainer, InferenceLost("the vLLM server at http://gpu-node-3:8000 does not answer"))
+    assert stopped.code == EXIT_INFERENCE_LOST
+    assert stopped.line.startswith("vf-train: the vLLM server at http://gpu-node-3:8000 does not answer (see its own "
+                                   "log, where it runs). Training up to step 1 is saved in outputs/run/checkpoints/step-1")
+
+
 def test_a_step_trained_before_its_push_failed_gets_its_metrics_line(trainer):
     """The loop writes a step's line after pushing the policy it trained; when that push is what failed, the
     step is in the emergency checkpoint and its line is written too (no sync time, no adapter loaded)."""

@@ -55,12 +55,16 @@ def find_checkpoint(base: Path, resume: str) -> tuple[Path, Path]:
 
 
 def prepare_run_dir(run_dir: Path) -> None:
-    """Make an old run dir ready to run again: keep its config, forget its panes' exit codes."""
+    """Make an old run dir ready to run again: keep its config, forget its panes' exit codes and pids (the old
+    vf-vllm's pid names a dead process: the trainer, reading it before the new vf-vllm rewrites it or when the
+    resumed run has no vf-vllm (inference.base_url), would take the server for lost)."""
     paths = RunDir(run_dir)
     if paths.config.exists():
         paths.config.rename(paths.config_before_resume(time.strftime('%Y%m%d-%H%M%S')))
     for role in ("trainer", "inference"):
         paths.exit_code(role).unlink(missing_ok=True)
+    for pid_file in (paths.inference_pid, paths.trainer_pid):
+        pid_file.unlink(missing_ok=True)
 
 
 def with_resume_default(argv: list[str]) -> list[str]:

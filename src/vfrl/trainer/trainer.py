@@ -132,7 +132,8 @@ class RLTrainer:
         self.steps_done, self.in_step = self.start_step, False
         self.unlogged: tuple[int, Batch, dict, dict] | None = None  # the last step trained, until its line is written
         self.log_file = paths.log("trainer")
-        self.inference_pid_file = paths.inference_pid
+        # the server process to watch beside /health: vf-vllm's, none for a server vf-rl did not start
+        self.inference_pid_file = None if config.inference.base_url else paths.inference_pid
         # wandb is imported only here: report_to = "none" needs neither the package nor an account
         self.wandb = (WandbSink(run_dir, self.args.run_name, config.model_dump(mode="json"))
                       if self.args.report_to == "wandb" and self.ranks.is_main else NoWandb())
@@ -196,7 +197,9 @@ class RLTrainer:
         lost = str(error) if isinstance(error, InferenceLost) else inference_problem(self.base_url,
                                                                                     self.inference_pid_file)
         if lost:
-            cause = f"{lost} (see {as_typed(RunDir(self.run_dir).log('inference'))})"
+            log = (as_typed(RunDir(self.run_dir).log("inference")) if self.inference_pid_file is not None
+                   else "its own log, where it runs")  # a server vf-rl did not start (inference.base_url)
+            cause = f"{lost} (see {log})"
         else:
             cause = f"{describe(error)} (traceback in {as_typed(self.log_file)})"
         return TrainingStopped(EXIT_INFERENCE_LOST if lost else EXIT_ERROR, f"vf-train: {cause}. {self.keep_trained()}")
