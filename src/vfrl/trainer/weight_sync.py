@@ -54,17 +54,23 @@ class WeightSync(ABC):
 
 class AdapterSync(WeightSync):
     """Each policy version gets its own adapter name (`policy-<version>`): requests name the version they
-    sample from, the prefix cache never mixes versions, and vLLM never re-reads an adapter in place."""
+    sample from, the prefix cache never mixes versions, and vLLM never re-reads an adapter in place.
+
+    A server that outlives runs (inference.base_url) may still serve `policy-N` adapters of an earlier run,
+    or of this run before a resume; vLLM refuses to load a name it has, so the first load unloads them.
+    One run at a time per server: two runs would load and unload each other's names."""
+
+    PREFIX = "policy-"
 
     def __init__(self, base_url: str, api_key: str, adapters_dir: Path, keep: int = 2, timeout: float = 120.0):
         super().__init__(base_url, api_key, timeout)
         self.adapters_dir = adapters_dir
         self.keep = keep
-        self.loaded: list[str] = []
+        self.loaded: list[str] | None = None  # None until the first load has cleared earlier runs' adapters
 
-    @staticmethod
-    def name(version: int) -> str:
-        return f"policy-{version}"
+    @classmethod
+    def name(cls, version: int) -> str:
+        return f"{cls.PREFIX}{version}"
 
     def save(self, model, version: int) -> Path:
         final = self.adapters_dir / self.name(version)
@@ -75,9 +81,15 @@ class AdapterSync(WeightSync):
     def load(self, path: Path, version: int) -> str:
         """Load version `version`; unload versions older than the last `keep`."""
         name = self.name(version)
+        if self.loaded is None:
+            for old in (m for m in self.served_models() if m.startswith(self.PREFIX)):
+                self.http.post("/v1/unload_lora_adapter", json={"lora_name": old})
+            self.loaded = []
         r = self.http.post("/v1/load_lora_adapter", json={"lora_name": name, "lora_path": str(path.resolve())})
         if r.status_code != 200:
-            raise RuntimeError(f"vLLM refused adapter {name}: {r.status_code} {r.text}")
+            unseen = ("; a vLLM server on another machine must read the trainer's run directory at the same path "
+                      "(shared storage, docs/scaling.md)" if "No adapter found" in r.text else "")
+            raise RuntimeError(f"vLLM refused adapter {name}: {r.status_code} {r.text}{unseen}")
         self.loaded.append(name)
         while len(self.loaded) > self.keep:
             old = self.loaded.pop(0)
