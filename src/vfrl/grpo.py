@@ -14,7 +14,7 @@ our names or the guide's (`GUIDE_NAMES`), validated with the same one-line error
 loop vf-rl's trainer pane runs (RLTrainer), in this process, against `vf-vllm`, which it starts on the
 devices the launch plan gives it (once per trainer object: `evaluate()` before and after `train()` use
 the same server; `close()`, the end of a `with` block or the end of the script stops it), or against
-a server the user names (`vllm_base_url`).
+a server the user names (`vllm_base_url`, i.e. `inference.base_url`: checked first, never stopped).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 from vfrl.config import RLConfig, TrainerArgs, write_config
-from vfrl.inference.endpoints import client_host
 
 # the guide's (TRL's) name -> ours, in [trainer.args]
 GUIDE_NAMES = {
@@ -133,11 +132,13 @@ class GRPOTrainer:
     def __init__(self, model: Any, env: Any, args: GRPOArgs | None = None, processing_class: Any = None,
                  peft_config: Any = None, vllm_base_url: str | None = None, inference: dict | None = None):
         """`model`: a transformers model (its weights are read again from `model.name_or_path`) or a path;
-        `env`: an environment object or an installed environment's id; `vllm_base_url`: a running vf-vllm
-        (API key from $VFRL_API_KEY) instead of one this trainer starts; `inference`: `[inference]` keys."""
+        `env`: an environment object or an installed environment's id; `vllm_base_url`: a running vLLM server
+        (inference.base_url; API key from $VFRL_API_KEY, or inference.api_key_var) instead of one this trainer
+        starts; `inference`: `[inference]` keys."""
+        if vllm_base_url:
+            inference = {**(inference or {}), "base_url": vllm_base_url}
         self.config = rl_config(model, env, args or grpo_defaults(), peft_config, inference)
         self.env = None if isinstance(env, str) else env
-        self.vllm_base_url = vllm_base_url
         self.trainer = None
         self.plan = None  # the run: its directory and devices, made by the first train() or evaluate()
         self.server: subprocess.Popen | None = None  # the vf-vllm this trainer started, until close()
@@ -150,16 +151,24 @@ class GRPOTrainer:
         from vfrl.launcher.plan import detect_machine, make_plan
         from vfrl.run_dir import RunDir
 
+        remote = self.config.inference.base_url
         if self.plan is None:
+            if remote:  # before anything is written: the same checks, the same lines as vf-rl's
+                from vfrl.inference.remote import server_problems
+
+                if problems := server_problems(self.config):
+                    raise SystemExit("\n".join(f"vfrl: {problem}" for problem in problems))
             cfg = self.config.model_copy(deep=True)
             run_dir = new_run_dir(Path(cfg.args.output_dir) / cfg.args.run_name).resolve()
             RunDir(run_dir).logs.mkdir(parents=True, exist_ok=True)
             self.plan = make_plan(cfg, run_dir, cfg.args.run_name, detect_machine())
-            if not self.vllm_base_url and self.plan.config.inference.port == 0:
+            if not remote and self.plan.config.inference.port == 0:
                 self.plan.config.inference.port = free_port(self.plan.config.inference.host)
             write_config(self.plan.config, RunDir(run_dir).config)  # what vf-vllm reads, and the run's record
-        if self.vllm_base_url:
-            self.url, self.api_key = self.vllm_base_url, os.environ.get("VFRL_API_KEY", "EMPTY")
+        if remote:
+            from vfrl.inference.remote import api_key
+
+            self.url, self.api_key = remote, api_key(self.config)
         elif self.server is None or self.server.poll() is not None:
             self.server, self.url, self.api_key = start_server(self.plan, RunDir(self.plan.run_dir))
             atexit.register(self.close)
@@ -252,13 +261,12 @@ def start_server(plan, paths) -> tuple[subprocess.Popen, str, str]:
     of vf-rl do)."""
     from vfrl.launcher.plan import console_script
 
-    inference = plan.config.inference
     api_key = secrets.token_urlsafe(24)
     env = {**os.environ, **plan.inference.env, "VFRL_API_KEY": api_key}
     with open(paths.log("inference"), "w") as log:
         proc = subprocess.Popen([console_script("vf-vllm"), "@", str(paths.config), "--pid-file", str(paths.inference_pid)],
                                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    return proc, f"http://{client_host(inference.host)}:{inference.port}/v1", api_key
+    return proc, plan.config.inference.url, api_key
 
 
 def stop_server(proc: subprocess.Popen) -> None:
