@@ -24,6 +24,7 @@ import tomli_w
 import typer
 
 from vfrl.config import RLConfig, write_config
+from vfrl.inference.endpoints import client_host
 from vfrl.launcher import lifecycle, tmux
 from vfrl.launcher.config_errors import ConfigError, load_user_config
 from vfrl.launcher.overrides import parse_overrides
@@ -55,7 +56,7 @@ def free_port(host: str) -> int:
 
 def port_in_use(host: str, port: int) -> bool:
     with socket.socket() as s:
-        return s.connect_ex((host if host not in ("0.0.0.0", "::") else "127.0.0.1", port)) == 0
+        return s.connect_ex((client_host(host), port)) == 0
 
 
 def new_run_dir(base: Path) -> Path:
