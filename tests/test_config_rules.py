@@ -134,3 +134,13 @@ def test_override_objects_keep_the_flag_as_typed():
 @pytest.mark.parametrize("path", sorted((ROOT / "configs" / "rl").glob("*.toml")), ids=lambda p: p.name)
 def test_shipped_config_validates(path):
     load_user_config(path)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs" / "rl").glob("*.toml")), ids=lambda p: p.name)
+def test_the_run_directory_config_the_trainer_rereads_validates(path, tmp_path):
+    """vf-rl writes the resolved config (every field, defaults included) and vf-train loads it again: a rule
+    that refuses a default written back (api_key_var once did) stopped every run at the trainer."""
+    from vfrl.config import load_config, write_config
+
+    write_config(load_user_config(path), tmp_path / "config.toml")
+    assert load_config(tmp_path / "config.toml") == load_user_config(path)

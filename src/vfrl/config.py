@@ -48,6 +48,9 @@ class EnvConfig(Strict):
 SHARED_UTILIZATION_UNKNOWN_SIZE = 0.5
 
 
+DEFAULT_API_KEY_VAR = "VFRL_API_KEY"  # vf-rl's own key variable; with base_url, the variable vf-rl reads
+
+
 class InferenceConfig(Strict):
     gpus: int = Field(1, ge=0, description="GPUs for the vLLM server (first in CUDA order). 0 or no GPU: CPU.")
     share_gpus: Literal["auto", "always", "never"] = Field(
@@ -74,7 +77,7 @@ class InferenceConfig(Strict):
         "the run directory at the same path (shared storage). gpus, share_gpus, host, port and args describe a server "
         "vf-rl starts and are not used.")
     api_key_var: str = Field(
-        "VFRL_API_KEY", description="With base_url: the environment variable that holds the server's API key "
+        DEFAULT_API_KEY_VAR, description="With base_url: the environment variable that holds the server's API key "
         "(vLLM's --api-key); unset: no key is sent.")
 
     @field_validator("base_url")
@@ -100,7 +103,8 @@ class InferenceConfig(Strict):
 
     @model_validator(mode="after")
     def _key_only_for_a_remote_server(self) -> "InferenceConfig":
-        if "api_key_var" in self.model_fields_set and self.base_url is None:
+        # the default is allowed: the run directory's config.toml, which the trainer re-reads, carries every field
+        if self.api_key_var != DEFAULT_API_KEY_VAR and self.base_url is None:
             raise RuleError([("api_key_var", self.api_key_var,
                               "only used with inference.base_url; a server vf-rl starts gets a key vf-rl makes")])
         return self
