@@ -53,8 +53,7 @@ def sgd_step(model, opt, sched):
 
 
 def state(step):
-    return TrainingState(step=step, data_position=step, seed=0, policy_version=step, examples_per_step=4,
-                         dataset_size=100)
+    return TrainingState(step=step, seed=0, examples_per_step=4, dataset_size=100)
 
 
 def pending_batch():
@@ -179,6 +178,13 @@ def fake_run(base: Path, steps: list[int]) -> None:
         d = base / "checkpoints" / f"step-{s}"
         d.mkdir(parents=True)
         (d / "COMPLETE").write_text("")
+
+
+def test_a_state_file_from_an_older_version_still_loads():
+    """Older checkpoints wrote data_position and policy_version too (both always equalled step)."""
+    old = {"step": 3, "data_position": 3, "seed": 7, "policy_version": 3, "examples_per_step": 4, "dataset_size": 9}
+    assert TrainingState.from_json(json.dumps(old)) == TrainingState(step=3, seed=7, examples_per_step=4,
+                                                                     dataset_size=9)
 
 
 def test_resume_finds_checkpoints(tmp_path):

@@ -5,7 +5,7 @@ A checkpoint holds everything needed to continue exactly where step N ended:
     model/               the model's save_pretrained(): the LoRA adapter, or all weights (use_lora = false)
     trainer_state.pt     optimizer, LR scheduler, RNG states (python, numpy if loaded, torch, cuda); with
                          several trainer processes also each rank's RNG states (rank 0 writes for all)
-    trainer_state.json   step, data position, seed, policy version (readable)
+    trainer_state.json   step (= next batch index = policy version), seed, batch shape (readable)
     pending_batch.json   the batch for step N+1 when it was already generated (by policy N-1, as in
                          the uninterrupted run), so a resumed run trains on the very same rollouts
     COMPLETE             written last; a directory without it is not a checkpoint
@@ -22,7 +22,7 @@ import os
 import random
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,12 +39,17 @@ PREFIX = "step-"
 
 @dataclass
 class TrainingState:
-    step: int  # optimizer steps done
-    data_position: int  # the next batch index in the orchestrator's deterministic order
+    step: int  # optimizer steps done: also the next batch's index and the version of the weights in model/
     seed: int
-    policy_version: int  # the weights in model/ (== step)
     examples_per_step: int
     dataset_size: int
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainingState:
+        """Read trainer_state.json; keys this version no longer writes (data_position, policy_version: both
+        always equalled step) are ignored, so older checkpoints still load."""
+        data = json.loads(text)
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
 
 
 # ---------- finding checkpoints ----------
@@ -197,7 +202,7 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, rank: int = 0) -> t
     scheduler.load_state_dict(saved["scheduler"])
     per_rank = saved.get("rng_per_rank") or [saved["rng"]]
     set_rng_states(per_rank[rank] if rank < len(per_rank) else saved["rng"])
-    state = TrainingState(**json.loads((path / "trainer_state.json").read_text()))
+    state = TrainingState.from_json((path / "trainer_state.json").read_text())
     pending_file = path / "pending_batch.json"
     pending = batch_from_json(json.loads(pending_file.read_text())) if pending_file.exists() else None
     return state, pending

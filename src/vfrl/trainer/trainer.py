@@ -182,8 +182,7 @@ class RLTrainer:
 
     def training_state(self, step: int) -> TrainingState:
         a = self.args
-        return TrainingState(step=step, data_position=step, seed=a.seed, policy_version=step,
-                             examples_per_step=a.batch_size // a.rollouts_per_example,
+        return TrainingState(step=step, seed=a.seed, examples_per_step=a.batch_size // a.rollouts_per_example,
                              dataset_size=len(self.env.dataset))
 
     # ---- when the run cannot go on (failure.py) ----
