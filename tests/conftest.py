@@ -23,6 +23,12 @@ def tiny_model(tmp_path_factory) -> Path:
     return out
 
 
+def tmux_socket(kind: str, tmp_path: Path) -> str:
+    """A tmux socket name no other pytest run on this machine uses at the same time: sockets live in one
+    /tmp/tmux-UID/ for all of them, and tmp_path's name (test_x0) repeats from run to run."""
+    return f"vfrl-{kind}-{os.getpid()}-{tmp_path.name}"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

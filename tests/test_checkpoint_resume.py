@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import BIN, write_config
+from conftest import BIN, write_config, tmux_socket
 from vfrl.environments.environment import Rollout
 from vfrl.launcher.plot import read_metrics
 from vfrl.launcher.resume import ResumeError, find_checkpoint
@@ -216,7 +216,7 @@ def test_a_resumed_run_dir_forgets_the_old_exit_codes_and_pids_and_keeps_the_old
 def test_resume_without_checkpoint_is_one_clear_line(tmp_path, tiny_model):
     cfg = write_config(tmp_path / "cfg.toml", tiny_model, port=0, output_dir=tmp_path / "outputs")
     proc = subprocess.run([str(BIN / "vf-rl"), "@", str(cfg), "--resume", "--no-attach", "--tmux-socket",
-                           f"vfrl-resume-{tmp_path.name}"], capture_output=True, text=True, timeout=60)
+                           tmux_socket("resume", tmp_path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr and "no run directory" in proc.stderr and "save_strategy" in proc.stderr
 

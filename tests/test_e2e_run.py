@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import tomli_w
 
-from conftest import BIN, write_config
+from conftest import BIN, tmux_socket, write_config
 from vfrl.launcher.plot import read_metrics
 
 
@@ -55,7 +55,7 @@ def watch_argv_for_the_key(proc: subprocess.Popen, key_file: Path, timeout: floa
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory, tiny_model):
     tmp = tmp_path_factory.mktemp("run")
-    socket_name = f"vfrl-e2e-{tmp.name}"
+    socket_name = tmux_socket("e2e", tmp)
     # wandb offline: its run files are among those that must not hold the API key
     cfg = write_config(tmp / "cfg.toml", tiny_model, port=0, output_dir=tmp / "outputs", max_steps=4, batch_size=8,
                        rollouts_per_example=4, max_tokens=8, eval_strategy="steps", eval_steps=2, num_eval_examples=6,

@@ -19,7 +19,7 @@ import pytest
 from vfrl.environments.verifiers_v1 import DroppedEpisode, episode_rollout
 from vfrl.inference.scale_out import find_uv, is_verifiers_package
 
-from conftest import BIN
+from conftest import BIN, tmux_socket
 
 PKGS = Path(__file__).parent / "v1_pkgs"
 sys.path.insert(0, str(PKGS))
@@ -313,7 +313,7 @@ def test_vf_rl_trains_a_v1_package_two_steps(tiny_model, tmp_path):
     config = tomllib.loads(cfg.read_text())
     config["env"]["id"] = "v1-reverse"
     cfg.write_text(tomli_w.dumps(config))
-    socket_name = f"vfrl-v1-{tmp_path.name}"
+    socket_name = tmux_socket("v1", tmp_path)
     try:
         done = subprocess.run([str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", socket_name],
                               capture_output=True, text=True, cwd=tmp_path, timeout=600,

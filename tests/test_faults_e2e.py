@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import tmux_socket
+
 from test_launcher_session_e2e import VF_RL, start_run
 from vfrl.launcher import procs, tmux
 from vfrl.launcher.plot import read_metrics
@@ -25,7 +27,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 def socket_name(tmp_path):
-    name = f"vfrl-faults-{tmp_path.name}"
+    name = tmux_socket("faults", tmp_path)
     yield name
     srv = tmux.server(name)
     for session in tmux.run_sessions(srv):  # on failure: the clean stop, so no vLLM is left behind

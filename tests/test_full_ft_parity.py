@@ -12,7 +12,7 @@ import pytest
 import tomli_w
 import torch
 
-from conftest import BIN, assert_only_health_is_open, free_port, max_logprob_gap, vf_vllm, write_config
+from conftest import BIN, assert_only_health_is_open, free_port, max_logprob_gap, vf_vllm, write_config, tmux_socket
 
 API_KEY = "test-key"
 
@@ -167,7 +167,7 @@ def test_every_route_but_health_needs_the_api_key(vllm_server):
 
 @pytest.mark.e2e
 def test_vf_rl_full_finetuning_three_steps(tmp_path, tiny_model):
-    socket_name = f"vfrl-fullft-{tmp_path.name}"
+    socket_name = tmux_socket("fullft", tmp_path)
     cfg = write_config(tmp_path / "cfg.toml", tiny_model, port=0, output_dir=tmp_path / "outputs", max_steps=3,
                        use_lora=False, learning_rate=1e-5)  # one full AdamW step at 1e-3 moves this model by KL ~1
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_config
+from conftest import write_config, tmux_socket
 from vfrl.launcher import procs, tmux
 from vfrl.launcher.config_errors import load_user_config
 from vfrl.launcher.pane_env import write_environment
@@ -23,7 +23,7 @@ VF_RL = str(Path(sys.executable).parent / "vf-rl")
 
 @pytest.fixture
 def socket_name(tmp_path):
-    name = f"vfrl-session-{tmp_path.name}"
+    name = tmux_socket("session", tmp_path)
     yield name
     subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_config
+from conftest import write_config, tmux_socket
 from test_launcher_session import fake_run
 from vfrl.launcher import procs, tmux
 
@@ -25,7 +25,7 @@ VF_RL = str(Path(sys.executable).parent / "vf-rl")
 
 @pytest.fixture(scope="module")
 def socket_name(tmp_path_factory):
-    name = f"vfrl-stop-e2e-{tmp_path_factory.mktemp('sock').name}"
+    name = tmux_socket("stop-e2e", tmp_path_factory.mktemp("sock"))
     yield name
     srv = tmux.server(name)
     for session in tmux.run_sessions(srv):  # on failure: the same clean stop, so no vLLM is left behind

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from conftest import tmux_socket
 from vfrl.launcher import cli
 from vfrl.launcher.plan import model_problem
 
@@ -34,7 +35,7 @@ def test_quickstart_config_in_a_folder_without_the_model_is_one_line(tmp_path, m
     monkeypatch.chdir(tmp_path)
     cfg = tmp_path / "quickstart.toml"
     cfg.write_text((ROOT / "configs" / "rl" / "quickstart.toml").read_text())
-    result = CliRunner().invoke(cli.app, ["run", str(cfg), "--no-attach", "--tmux-socket", f"vfrl-model-{tmp_path.name}"])
+    result = CliRunner().invoke(cli.app, ["run", str(cfg), "--no-attach", "--tmux-socket", tmux_socket("model", tmp_path)])
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f'vf-rl: error: {cfg}: model = "./models/tiny-reverse" is invalid')

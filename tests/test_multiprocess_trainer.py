@@ -15,6 +15,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
+from conftest import tmux_socket
 import tomli_w
 
 HERE = Path(__file__).resolve().parent
@@ -129,7 +131,7 @@ def test_vf_rl_with_two_cpu_trainer_processes(tmp_path, tiny_model):
     from conftest import write_config
     from vfrl.launcher.plot import read_metrics
 
-    socket_name = f"vfrl-mp-{tmp_path.name}"
+    socket_name = tmux_socket("mp", tmp_path)
     cfg = write_config(tmp_path / "cfg.toml", tiny_model, port=0, output_dir=tmp_path / "outputs", max_steps=3,
                        batch_size=8, micro_batch_size=2, save_strategy="steps", save_steps=2)
     data = tomllib.loads(cfg.read_text())

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from conftest import tmux_socket
 from typer.testing import CliRunner
 
 from fake_vllm_server import FakeVLLM
@@ -209,7 +211,7 @@ def test_vf_rl_refuses_a_lacking_server_before_starting_anything(tmp_path, monke
     with FakeVLLM(model="other", lora_route=False) as srv:
         result = CliRunner().invoke(cli.app, ["run", "cfg.toml", "--model", "Qwen/Qwen2.5-0.5B-Instruct",
                                               "--inference.base_url", srv.base_url, "--detach",
-                                              "--tmux-socket", f"vfrl-remote-refused-{tmp_path.name}"])
+                                              "--tmux-socket", tmux_socket("remote-refused", tmp_path)])
     assert result.exit_code == 2, result.output
     errors = result.stderr.strip().splitlines()[-2:]
     assert errors[0].startswith(f"vf-rl: error: the vLLM server at {srv.base_url} (inference.base_url) serves other,")
@@ -261,7 +263,7 @@ def test_a_server_that_cannot_read_the_adapter_says_it_needs_shared_storage(tmp_
 
 @pytest.fixture
 def socket_name(tmp_path):
-    name = f"vfrl-remote-{tmp_path.name}"
+    name = tmux_socket("remote", tmp_path)
     yield name
     subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
 

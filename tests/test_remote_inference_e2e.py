@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from conftest import tmux_socket
 from vfrl.launcher.plot import read_metrics
 from vfrl.launcher.procs import pid_alive
 
@@ -24,7 +25,7 @@ VF_RL = str(Path(sys.executable).parent / "vf-rl")
 def remote_run(shared_vllm_server, tiny_model, tmp_path_factory):
     srv = shared_vllm_server
     tmp = tmp_path_factory.mktemp("remote")
-    socket_name = f"vfrl-remote-e2e-{tmp.name}"
+    socket_name = tmux_socket("remote-e2e", tmp)
     server_log_start = srv.log.stat().st_size
     argv = [VF_RL, "@", str(ROOT / "configs/rl/quickstart.toml"), "--model", str(tiny_model),
             "--inference.base_url", srv.base_url, "--inference.api_key_var", "REMOTE_VLLM_KEY",
