@@ -189,19 +189,21 @@ def two_node_run(shared_vllm_server, tiny_model, tmp_path_factory):
             if (run_dir / "trainer.exitcode").exists():
                 break
             time.sleep(1)
-        yield started, node1, second, run_dir, srv.log.read_text()[server_log_start:]
     finally:
-        subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True)
-        leftover = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True).stdout.split()
-        for pid in leftover:  # a rank of a failed run: it must not outlive the test
-            subprocess.run(["kill", "-9", pid], capture_output=True)
+        subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True)  # the detached session
+    left = subprocess.run(["pgrep", "-af", str(run_dir)], capture_output=True, text=True).stdout.splitlines()
+    try:
+        yield started, node1, second, run_dir, srv.log.read_text()[server_log_start:], left
+    finally:
+        for line in left:  # a rank of a failed run: it must not outlive the test
+            subprocess.run(["kill", "-9", line.split()[0]], capture_output=True)
 
 
 @pytest.mark.e2e
 def test_vf_rl_trains_on_two_nodes_against_one_vllm(two_node_run):
     from vfrl.launcher.plot import read_metrics
 
-    started, node1, second, run_dir, server_log = two_node_run
+    started, node1, second, run_dir, server_log, left = two_node_run
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert (run_dir / "trainer.exitcode").read_text().strip() == "0"
     assert "--machine-rank 1 --main-process-ip 127.0.0.1 " in node1 and "--num-processes 2 " in node1
@@ -218,5 +220,4 @@ def test_vf_rl_trains_on_two_nodes_against_one_vllm(two_node_run):
     assert server_log.count('"POST /v1/chat/completions HTTP/1.1" 200') == (8 // 4) * 3
     rollouts = (run_dir / "rollouts" / "step_3.jsonl").read_text().splitlines()
     assert len(rollouts) == 8
-    left = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True).stdout.split()
     assert left == [], f"processes still running for the run (a trainer rank?): {left}"
