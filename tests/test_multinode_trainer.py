@@ -82,6 +82,25 @@ def test_one_process_per_node_on_the_cpu_is_still_a_distributed_launch(tmp_path)
     assert Path(one.trainer.command[0]).name == "vf-train" and one.notes == []
 
 
+def test_zero3_shards_over_every_nodes_processes_in_the_memory_split(tmp_path):
+    from test_launcher_plan import H100, QWEN_05B, local_model
+
+    from vfrl.launcher.plan import make_plan
+
+    model = local_model(tmp_path, "qwen", QWEN_05B)
+
+    def full_ft_states(nodes: int) -> float:
+        cfg = rl_config({"gpus": 1, "nodes": nodes, "main_address": "10.0.0.5", "accelerate_config": "zero3"},
+                        use_lora=False)
+        cfg.model = model
+        plan = make_plan(cfg, tmp_path / f"run{nodes}", "s", H100, tmp_path, environ={})
+        assert plan.shared_devices == ["0"]
+        return plan.memory.trainer.static_total
+
+    one, two = full_ft_states(1), full_ft_states(2)
+    assert two < one  # weights, gradients and AdamW states split over 2 processes (one per node)
+
+
 def fake_scontrol(tmp_path: Path, monkeypatch, script: str) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

@@ -322,7 +322,8 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
                 notes.append(f"this machine has {machine.gpus} GPU{'s' * (machine.gpus != 1)}, fewer than "
                              f"inference.gpus + trainer.gpus = {cfg.inference.gpus + cfg.trainer.gpus}: vLLM and the "
                              f"trainer share GPU {','.join(shared)} (inference.share_gpus = \"never\" refuses instead)")
-            memory, memory_notes = split_memory(cfg, machine.gpu_memory_mib, workdir, len(tr_dev))
+            # zero3/fsdp shard over every trainer process, on every node
+            memory, memory_notes = split_memory(cfg, machine.gpu_memory_mib, workdir, len(tr_dev) * cfg.trainer.nodes)
             notes += memory_notes
             cfg.inference.args["gpu_memory_utilization"] = memory.utilization  # what vf-vllm passes to vLLM
     else:
