@@ -32,6 +32,16 @@ BAD_CONFIGS = [
     (HEAD + "[trainer.args]\nbatch_size = 64\nmicro_batch_size = 48\n",  # one process on the CPU or one GPU
      "trainer.args.batch_size = 64 is invalid: must be a multiple of trainer.args.micro_batch_size x trainer "
      "processes (48 x 1 = 48), e.g. 48 or 96"),
+    (HEAD + "[trainer]\ngpus = 0\nnodes = 2\nprocesses = 2\n[trainer.args]\nbatch_size = 12\nrollouts_per_example = 4\n"
+     "micro_batch_size = 2\n",  # every node's processes count: 2 x 2 x 2 = 8 micro-batch rows a round
+     "trainer.args.batch_size = 12 is invalid: must be a multiple of trainer.args.micro_batch_size x trainer "
+     "processes (2 x 2 nodes x 2 processes = 8), e.g. 8 or 16"),
+    (HEAD + "[trainer]\nnodes = 0\n", "trainer.nodes = 0 is invalid: must be greater than or equal to 1"),
+    (HEAD + '[trainer]\nnodes = 2\nmain_address = "10.0.0.5:29500"\n',
+     'trainer.main_address = "10.0.0.5:29500" is invalid: must be a bare host name or IP address (e.g. node-01 or '
+     "10.0.0.5), without scheme or port; the port is trainer.main_port"),
+    (HEAD + "[trainer]\nnodes = 2\nmain_port = 70000\n",
+     "trainer.main_port = 70000 is invalid: must be less than or equal to 65535"),
     (HEAD + "[trainer.args]\nmax_tokens = 128\nmax_seq_len = 128\n",
      "trainer.args.max_tokens = 128 is invalid: must be smaller than max_seq_len (128), which also holds the prompt"),
     (HEAD + "[trainer.args]\nlora_rank = 1024\n",

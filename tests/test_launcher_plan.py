@@ -321,6 +321,8 @@ GOLDEN_CASES = {
     "dry_run_8gpu": (Machine(8, 64), GOLDEN_CONFIG, ()),
     "dry_run_cpu": (Machine(0, 2), GOLDEN_CONFIG, ()),
     "dry_run_1gpu": (H100, QWEN_CONFIG, ("--model", "models/qwen2.5-0.5b-instruct")),
+    # node rank 0 of 2 here, beside vLLM; the note carries node rank 1's command
+    "dry_run_8gpu_2nodes": (Machine(8, 64), GOLDEN_CONFIG, ("--trainer.nodes", "2", "--trainer.main_address", "10.0.0.5")),
 }
 
 

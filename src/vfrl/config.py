@@ -255,10 +255,33 @@ class TrainerConfig(Strict):
         "must equal trainer.gpus; on the CPU (no GPU in use) N > 1 runs N data-parallel CPU processes (gloo), "
         "e.g. to test multi-process training on a laptop.")
 
+    # ---- trainer nodes (multi-node trainer: launcher/plan.py rendezvous_flags, docs/scaling.md) ----
+    nodes: int = Field(
+        1, ge=1, description="Machines the trainer spans, each running trainer.processes processes (one per trainer "
+        "GPU). vf-rl starts node rank 0 beside vLLM and prints the command for each other node rank.")
+    main_address: str | None = Field(
+        None, min_length=1, description="With nodes > 1: the address of node rank 0, where the trainer processes "
+        "meet (torchrun rendezvous). Left out: the first host of the Slurm job (SLURM_JOB_NODELIST), else "
+        "127.0.0.1 (every node on this machine).")
+    main_port: int = Field(29500, ge=1, le=65535, description="With nodes > 1: the rendezvous port on node rank 0.")
+
+    @field_validator("main_address")
+    @classmethod
+    def _bare_host(cls, v: str | None) -> str | None:
+        if v is not None and ("://" in v or any(c.isspace() for c in v) or v.count(":") == 1):
+            raise ValueError("must be a bare host name or IP address (e.g. node-01 or 10.0.0.5), without scheme or "
+                             "port; the port is trainer.main_port")
+        return v
+
     @property
     def num_processes(self) -> int:
-        """Trainer processes: `processes`, else one per GPU (one on the CPU)."""
+        """Trainer processes on each node: `processes`, else one per GPU (one on the CPU)."""
         return self.processes or max(1, self.gpus)
+
+    @property
+    def total_processes(self) -> int:
+        """Trainer processes on all nodes together (the data-parallel world size)."""
+        return self.nodes * self.num_processes
 
 
 class RLConfig(Strict):
@@ -276,12 +299,14 @@ class RLConfig(Strict):
         """Rules that join keys of different tables. GPU presence is checked at launch, not here, so that
         configs written for a GPU machine still validate on a laptop."""
         a, problems = self.args, []
-        per_step = a.micro_batch_size * self.trainer.num_processes
+        t = self.trainer
+        per_step = a.micro_batch_size * t.total_processes
         if a.batch_size % per_step:
             step = math.lcm(per_step, a.rollouts_per_example)
+            processes = f"{t.num_processes}" if t.nodes == 1 else f"{t.nodes} nodes x {t.num_processes} processes"
             problems.append(("trainer.args.batch_size", a.batch_size,
                              f"must be a multiple of trainer.args.micro_batch_size x trainer processes "
-                             f"({a.micro_batch_size} x {self.trainer.num_processes} = {per_step}), "
+                             f"({a.micro_batch_size} x {processes} = {per_step}), "
                              f"{_multiples_near(a.batch_size, step)}"))
         if a.use_lora:
             ranks = VLLM_LORA_RANKS  # what vLLM's --max-lora-rank accepts

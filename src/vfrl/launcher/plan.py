@@ -9,6 +9,8 @@ Pure functions of (config, run dir, machine): unit-testable without GPUs, tmux o
       Inference  CUDA_VISIBLE_DEVICES=0             vLLM --gpu-memory-utilization 0.33 (derived: Qwen2.5-0.5B, 80 GB)
       Trainer    CUDA_VISIBLE_DEVICES=0             the rest of the GPU
     no GPU: vLLM's threads bound to the first half of the cores, the trainer gets the rest
+    trainer.nodes = 2: this machine runs vLLM and trainer node rank 0; the user starts node rank 1 elsewhere with
+      the command vf-rl prints (accelerate launch --num-machines 2 --machine-rank 1 --main-process-ip ...)
     inference.base_url (a server vf-rl did not start): no inference pane; the trainer gets every core, or
       the first trainer.gpus GPUs
 
@@ -26,7 +28,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from vfrl.bundle import bundled
 from vfrl.config import ACCELERATE_CONFIGS, SHARED_UTILIZATION_UNKNOWN_SIZE, RLConfig
@@ -284,7 +286,9 @@ def model_problem(model: str, workdir: Path) -> str | None:
     return f'model = "{model}" is invalid: no such folder (from {workdir}){hint}'
 
 
-def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, workdir: Path | None = None) -> Plan:
+def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, workdir: Path | None = None,
+              environ: Mapping[str, str] | None = None) -> Plan:
+    """`environ`: where a Slurm job's node list is read from (default: this process's environment)."""
     workdir = workdir or Path.cwd()
     run_dir = run_dir.resolve()
     paths = RunDir(run_dir)
@@ -318,7 +322,8 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
                 notes.append(f"this machine has {machine.gpus} GPU{'s' * (machine.gpus != 1)}, fewer than "
                              f"inference.gpus + trainer.gpus = {cfg.inference.gpus + cfg.trainer.gpus}: vLLM and the "
                              f"trainer share GPU {','.join(shared)} (inference.share_gpus = \"never\" refuses instead)")
-            memory, memory_notes = split_memory(cfg, machine.gpu_memory_mib, workdir, len(tr_dev))
+            # zero3/fsdp shard over every trainer process, on every node
+            memory, memory_notes = split_memory(cfg, machine.gpu_memory_mib, workdir, len(tr_dev) * cfg.trainer.nodes)
             notes += memory_notes
             cfg.inference.args["gpu_memory_utilization"] = memory.utilization  # what vf-vllm passes to vLLM
     else:
@@ -330,7 +335,10 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
         tr_env["OMP_NUM_THREADS"] = str(machine.cpus if remote else trainer_threads)
     inf_cmd = [console_script("vf-vllm"), "@", str(config_file), "--pid-file", str(paths.inference_pid)]
     processes = len(tr_dev) or cfg.trainer.processes or 1  # trainer GPUs, else trainer.processes CPU processes
+    if cfg.trainer.nodes > 1 and cfg.trainer.main_address is None:
+        cfg.trainer.main_address = main_address(os.environ if environ is None else environ)
     tr_cmd = trainer_command(cfg, processes, bool(tr_dev), tr_env, machine, workdir, config_file)
+    notes += node_notes(cfg, processes, bool(tr_dev), machine, workdir, config_file)
     return Plan(
         run_dir=run_dir, session=session, device="cuda" if use_gpu else "cpu",
         inference_devices=inf_dev, trainer_devices=tr_dev,
@@ -343,22 +351,84 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
 
 
 def trainer_command(cfg: RLConfig, processes: int, on_gpus: bool, tr_env: dict[str, str], machine: Machine,
-                    workdir: Path, config_file: Path) -> list[str]:
-    """vf-train alone, or under accelerate launch for several processes (GPUs, or CPU ranks: sets their env)."""
-    if processes > 1 and on_gpus:
+                    workdir: Path, config_file: Path, node_rank: int = 0) -> list[str]:
+    """vf-train alone, or under accelerate launch for several processes (GPUs, or CPU ranks: sets their env).
+
+    `processes`: on each node; with trainer.nodes > 1 this is the command of node `node_rank` (0: vf-rl's own)."""
+    total = processes * cfg.trainer.nodes
+    if total > 1 and on_gpus:
         # the vf-train console script is a Python file: accelerate runs it in each process
         return [console_script("accelerate"), "launch", "--config-file",
-                str(accelerate_config_file(cfg.trainer.accelerate_config, workdir)),
-                "--num-processes", str(processes), console_script("vf-train"), "@", str(config_file)]
-    if processes > 1:
+                str(accelerate_config_file(cfg.trainer.accelerate_config, workdir)), "--num-processes", str(total),
+                *(rendezvous_flags(cfg, node_rank) if cfg.trainer.nodes > 1 else []),
+                console_script("vf-train"), "@", str(config_file)]
+    if total > 1:
         # CPU processes (trainer.processes): accelerate's torchrun launcher (its --cpu flag would need mpirun);
-        # ACCELERATE_USE_CPU makes each process a CPU rank on gloo; port 0: a free rendezvous port
+        # ACCELERATE_USE_CPU makes each process a CPU rank on gloo
         tr_env["ACCELERATE_USE_CPU"] = "true"
         tr_env["OMP_NUM_THREADS"] = str(max(1, int(tr_env.get("OMP_NUM_THREADS", machine.cpus)) // processes))
-        return [console_script("accelerate"), "launch", "--multi-gpu", "--num-processes", str(processes),
-                "--num-machines", "1", "--mixed-precision", "no", "--dynamo-backend", "no",
-                "--main-process-port", "0", console_script("vf-train"), "@", str(config_file)]
+        return [console_script("accelerate"), "launch", "--multi-gpu", "--num-processes", str(total),
+                "--mixed-precision", "no", "--dynamo-backend", "no", *rendezvous_flags(cfg, node_rank),
+                console_script("vf-train"), "@", str(config_file)]
     return [console_script("vf-train"), "@", str(config_file)]
+
+
+def rendezvous_flags(cfg: RLConfig, node_rank: int) -> list[str]:
+    """accelerate launch's flags that gather the trainer processes. One node: a free port (runs side by side).
+    Several: node `node_rank` meets the others at trainer.main_address:main_port; accelerate turns these into
+    torchrun's --nnodes, --node-rank and rendezvous endpoint, with --num-processes (all nodes together) divided
+    by the nodes. Global rank 0, the one that talks to vLLM, is node 0's first process."""
+    t = cfg.trainer
+    if t.nodes == 1:
+        return ["--num-machines", "1", "--main-process-port", "0"]
+    if t.main_address is None:
+        raise ValueError("trainer.main_address is not resolved yet (make_plan sets it with main_address())")
+    if not 0 <= node_rank < t.nodes:
+        raise ValueError(f"node rank {node_rank} is not one of trainer.nodes = {t.nodes} (0..{t.nodes - 1})")
+    return ["--num-machines", str(t.nodes), "--machine-rank", str(node_rank), "--main-process-ip", t.main_address,
+            "--main-process-port", str(t.main_port)]
+
+
+def main_address(environ: Mapping[str, str]) -> str:
+    """Where the trainer nodes meet when trainer.main_address is left out: the Slurm job's first host
+    (`scontrol show hostnames` expands a node list such as node[01-04]), else 127.0.0.1 (nodes on this machine)."""
+    nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
+    if not nodelist:
+        return "127.0.0.1"
+    try:
+        shown = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30)
+        hosts = shown.stdout.split() if shown.returncode == 0 else []
+    except (OSError, subprocess.TimeoutExpired):
+        hosts = []
+    if hosts:
+        return hosts[0]
+    if not any(c in nodelist for c in "[,"):  # one plain host name needs no expanding
+        return nodelist
+    raise PlanError("trainer.main_address", "(left out)",
+                    f"the Slurm job's first host cannot be read: `scontrol show hostnames {nodelist}` failed; set "
+                    f"trainer.main_address to node rank 0's address")
+
+
+def node_notes(cfg: RLConfig, processes: int, on_gpus: bool, machine: Machine, workdir: Path,
+               config_file: Path) -> list[str]:
+    """trainer.nodes > 1: vf-rl starts node rank 0 here; one line per other node rank with the command to run there."""
+    t = cfg.trainer
+    if t.nodes == 1:
+        return []
+    notes = [f"trainer.nodes = {t.nodes}: vf-rl starts trainer node rank 0 here ({processes} process"
+             f"{'es' * (processes > 1)}, global rank 0 talks to vLLM); start each other node rank on its own machine "
+             f"with the line below, the run directory and {workdir} at the same paths there (shared storage); the "
+             f"nodes meet at {t.main_address}:{t.main_port}"]
+    if loopback(t.main_address):
+        notes.append(f"trainer.main_address = {t.main_address} (no Slurm job): only trainer nodes on this machine can "
+                     f"join; set trainer.main_address to this machine's address for others")
+    for rank in range(1, t.nodes):
+        # another machine: the trainer takes every core there, or its first trainer.gpus GPUs
+        env = {} if on_gpus else {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": str(machine.cpus)}
+        cmd = trainer_command(cfg, processes, on_gpus, env, machine, workdir, config_file, node_rank=rank)
+        line = shlex.join(["env", *(f"{k}={v}" for k, v in env.items()), *cmd]) if env else shlex.join(cmd)
+        notes.append(f"trainer node rank {rank}: cd {shlex.quote(str(workdir))} && {line}")
+    return notes
 
 
 # [inference] keys that describe the server vf-rl starts; with inference.base_url it starts none
@@ -375,15 +445,19 @@ def remote_notes(cfg: RLConfig) -> list[str]:
             f"{'is' if len(unused) == 1 else 'are'} not used"]
 
 
-def network_notice(host: str) -> str | None:
-    """The line vf-rl prints when vLLM will listen beyond this machine (inference.host not loopback)."""
+def loopback(host: str) -> bool:
+    """Is `host` this machine only? A host name other than localhost is taken to reach beyond it."""
     import ipaddress
 
     try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: only localhost is known to stay on this machine
-        loopback = host == "localhost"
-    if loopback:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def network_notice(host: str) -> str | None:
+    """The line vf-rl prints when vLLM will listen beyond this machine (inference.host not loopback)."""
+    if loopback(host):
         return None
     return (f'inference.host = "{host}": vLLM will be reachable from the network; the per-run API key '
             f"protects every endpoint but /health")
@@ -466,6 +540,8 @@ def render_plan(plan: Plan, workdir: Path, machine: Machine, socket_name: str | 
         devices = (f"no GPU in use: inference on cores {plan.inference.env['VLLM_CPU_OMP_THREADS_BIND']}, "
                    f"trainer with {plan.trainer.env['OMP_NUM_THREADS']} thread(s)"
                    + (f" x {plan.trainer_processes} processes" if plan.trainer_processes > 1 else ""))
+    if (nodes := plan.config.trainer.nodes) > 1:
+        devices += f"; this machine is trainer node rank 0 of {nodes}"
     gpus = f"{machine.gpus} GPU(s)"
     if machine.gpu_ids and machine.gpu_ids != tuple(str(i) for i in range(machine.gpus)):
         gpus += f" (CUDA_VISIBLE_DEVICES={','.join(machine.gpu_ids)})"
