@@ -22,7 +22,7 @@ import pytest
 import tomli_w
 
 import test_multiprocess_trainer as one_node
-from conftest import free_port, write_config
+from conftest import free_port, tmux_socket, write_config
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
@@ -185,7 +185,7 @@ def test_a_two_node_checkpoint_restores_each_ranks_rng(one_process_and_two_nodes
 def two_node_run(shared_vllm_server, tiny_model, tmp_path_factory):
     srv = shared_vllm_server
     tmp = tmp_path_factory.mktemp("multinode")
-    socket_name = f"vfrl-multinode-{tmp.name}"
+    socket_name = tmux_socket("multinode", tmp)
     cfg = write_config(tmp / "cfg.toml", tiny_model, port=0, output_dir=tmp / "outputs", max_steps=3,
                        batch_size=8, micro_batch_size=2)
     data = tomllib.loads(cfg.read_text())
