@@ -323,6 +323,12 @@ GOLDEN_CASES = {
     "dry_run_1gpu": (H100, QWEN_CONFIG, ("--model", "models/qwen2.5-0.5b-instruct")),
     # node rank 0 of 2 here, beside vLLM; the note carries node rank 1's command
     "dry_run_8gpu_2nodes": (Machine(8, 64), GOLDEN_CONFIG, ("--trainer.nodes", "2", "--trainer.main_address", "10.0.0.5")),
+    # --slurm from a login node without GPUs: 8 + 8 GPUs do not fit on one 8-GPU node, so vLLM gets node 0
+    "dry_run_slurm_2x8gpu": (Machine(0, 4), GOLDEN_CONFIG, (
+        "--slurm", "--inference.gpus", "8", "--inference.args.tensor_parallel_size", "1", "--trainer.gpus", "8",
+        "--slurm.gpus_per_node", "8", "--slurm.partition", "gpu", "--slurm.account", "rl-team",
+        "--slurm.time", '"04:00:00"', "--slurm.extra_sbatch", '["--qos=high"]')),
+    "dry_run_slurm_cpu": (Machine(0, 2), GOLDEN_CONFIG, ("--slurm",)),
 }
 
 

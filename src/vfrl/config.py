@@ -284,11 +284,36 @@ class TrainerConfig(Strict):
         return self.nodes * self.num_processes
 
 
+class SlurmConfig(Strict):
+    """`vf-rl @ cfg.toml --slurm`: the sbatch script's settings (launcher/slurm.py, docs/scaling.md)."""
+    partition: str | None = Field(None, min_length=1, description="#SBATCH --partition; left out: the cluster's default.")
+    account: str | None = Field(None, min_length=1, description="#SBATCH --account; left out: your default account.")
+    time: str | None = Field(None, pattern=r"^(\d+-)?\d+(:\d{1,2}){0,2}$",
+                             description="#SBATCH --time, as Slurm writes it (e.g. 04:00:00 or 1-00:00:00).")
+    gpus_per_node: int | None = Field(
+        None, ge=0, description="GPUs on each node of the job; left out: inference.gpus + trainer.gpus (one node). "
+        "When they do not fit on one node, vLLM gets node 0 and the trainer node 1.")
+    cpus_per_node: int | None = Field(None, ge=1, description="#SBATCH --cpus-per-task (one task per node); left "
+                                      "out: the cluster's default (on the CPU: this machine's cores).")
+    job_name: str | None = Field(None, min_length=1, description="#SBATCH --job-name; left out: vfrl-<run_name>.")
+    extra_sbatch: list[str] = Field(default_factory=list, description='More #SBATCH lines, as options: '
+                                    '["--qos=high", "--constraint=h100"].')
+
+    @field_validator("extra_sbatch")
+    @classmethod
+    def _options(cls, lines: list[str]) -> list[str]:
+        for line in lines:
+            if not line.startswith("-") or "\n" in line:
+                raise ValueError(f'"{line}" is not an sbatch option: write each as "--name=value"')
+        return lines
+
+
 class RLConfig(Strict):
     model: str = Field(description="HF model id or local directory (HF format).")
     env: EnvConfig
     inference: InferenceConfig = Field(default_factory=InferenceConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    slurm: SlurmConfig = Field(default_factory=SlurmConfig)
 
     @property
     def args(self) -> TrainerArgs:

@@ -17,6 +17,7 @@ import secrets
 import shlex
 import socket
 import sys
+import subprocess
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -30,7 +31,7 @@ from vfrl.launcher.config_errors import ConfigError, load_user_config
 from vfrl.launcher.overrides import parse_overrides
 from vfrl.launcher.pane_env import write_environment
 from vfrl.launcher.plan import (
-    PlanError, detect_machine, environment_problem, inference_epilogue, make_plan, model_problem, network_notice,
+    Machine, PlanError, detect_machine, environment_problem, inference_epilogue, make_plan, model_problem, network_notice,
     pane_script, render_plan, trainer_epilogue,
 )
 from vfrl.run_dir import RunDir
@@ -88,6 +89,8 @@ def run(
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Start the session and return at once (follow with `vf-rl logs -f`).")] = False,
     replace: Annotated[bool, typer.Option("--replace", help="If the session already exists, stop it cleanly (as `vf-rl stop` does), then start.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved config and the plan (devices, each pane's exact script and environment, run directory); start nothing.")] = False,
+    slurm: Annotated[bool, typer.Option("--slurm", help="Write the run as an sbatch script (RUN_DIR/job.sbatch; [slurm] table) instead of starting tmux; with --dry-run only print it (docs/scaling.md).")] = False,
+    submit: Annotated[bool, typer.Option("--submit", help="With --slurm: submit the script (sbatch) and print the job id; follow with `vf-rl logs -f RUN_DIR`, stop with `vf-rl stop RUN_DIR`.")] = False,
     resume: Annotated[Optional[str], typer.Option("--resume", metavar="[STEP|PATH]", help="Continue from a checkpoint in the same run dir: alone, the newest one of the newest run dir of this run_name; or a step number; or a checkpoint/run dir path.")] = None,
 ) -> None:
     """Start a run: `vf-rl @ CONFIG` (same as `vf-rl run CONFIG`).
@@ -101,6 +104,10 @@ def run(
     Values are TOML literals (10, 3e-4, true, "text", ["q_proj", "v_proj"]); anything else is a string; a flag alone means true.
     """
     cfg = validated_config(ctx, config_path, dry_run)
+    if submit and not slurm:
+        fail("--submit submits the sbatch script of --slurm: add --slurm")
+    if slurm:
+        raise typer.Exit(run_as_slurm_job(ctx, cfg, config_path, resume, dry_run, submit))
     srv = tmux.server(tmux_socket)
     session_name = session or cfg.args.run_name
     exists = tmux.session_exists(srv, session_name)
@@ -151,6 +158,56 @@ def run(
     typer.echo(f"vf-rl: watch with `{tmux_hint(tmux_socket)} attach -t {session_name}`; stop with "
                f"`vf-rl stop {session_name}` or Ctrl-C here")
     raise typer.Exit(wait_for_trainer(srv, session_name, run_dir))
+
+
+def run_as_slurm_job(ctx: typer.Context, cfg: RLConfig, config_path: Path, resume: str | None, dry_run: bool,
+                     submit: bool) -> int:
+    """--slurm: the same plan and pane scripts, run by a batch job instead of tmux (launcher/slurm.py)."""
+    from vfrl.launcher import slurm
+
+    here = detect_machine()
+    try:
+        lay = slurm.layout(cfg, here)
+    except PlanError as e:
+        fail(f"{config_path}: {e}")
+    if submit and not dry_run and (missing := slurm.missing_tools()):
+        fail(f"--submit: {', '.join(missing)} not found on PATH; run this on a Slurm login node, or leave out "
+             f"--submit and submit the script with sbatch there")
+    run_dir = run_dir_for(cfg, config_path, resume, dry_run)
+    workdir, machine = Path.cwd(), slurm.node_machine(cfg, lay, here)
+    try:
+        plan = make_plan(cfg, run_dir, cfg.args.run_name, machine, workdir)
+    except PlanError as e:
+        fail(f"{config_path}: {e}")
+    slurm.place(plan, lay)
+    plan.notes += slurm.notes(cfg, lay)
+    plan.trainer.env[RESUME_COMMAND_ENV] = shlex.join(["vf-rl", "@", str(config_path), *ctx.args, "--slurm", "--submit"])
+    script = slurm.sbatch_script(plan, lay, workdir)
+    if dry_run:
+        per_node = Machine(gpus=lay.gpus_per_node, cpus=machine.cpus, gpu_memory_mib=machine.gpu_memory_mib)
+        print_dry_run(plan, config_path, run_dir, workdir, per_node, None, exists=None,
+                      job=f"{lay.nodes} node(s), the sbatch script below")
+        typer.echo(f"\n# sbatch script (written to {run_dir / 'job.sbatch'} by --slurm)\n{script}", nl=False)
+        return 0
+    for note in plan.notes:
+        typer.secho(f"vf-rl: note: {note}", err=True, fg=typer.colors.YELLOW)
+    if plan.config.inference.base_url:
+        check_remote_server(plan.config)
+    launch(None, plan, config_path, run_dir, workdir)
+    path = run_dir / "job.sbatch"
+    path.write_text(script)
+    typer.echo(f"vf-rl: run directory {run_dir}")
+    if not submit:
+        typer.echo(f"vf-rl: wrote {path}; submit it with `sbatch {path}` (or run vf-rl with --slurm --submit)")
+        return 0
+    try:
+        job = slurm.submit(path)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+        fail(f"sbatch refused {path}: {e}")
+    (run_dir / slurm.JOB_ID_FILE).write_text(job + "\n")
+    typer.echo(f"vf-rl: submitted batch job {job}; follow with `vf-rl logs -f {run_dir}`, "
+               f"see it with `vf-rl status {run_dir}`, stop it with `vf-rl stop {run_dir}`")
+    return 0
 
 
 def validated_config(ctx: typer.Context, config_path: Path, dry_run: bool) -> RLConfig:
@@ -207,12 +264,12 @@ def run_dir_for(cfg: RLConfig, config_path: Path, resume: str | None, dry_run: b
 
 
 def print_dry_run(plan, config_path: Path, run_dir: Path, workdir: Path, machine, tmux_socket: str | None,
-                  exists: str | None) -> None:
+                  exists: str | None, job: str | None = None) -> None:
     typer.echo(f"# vf-rl dry run of {config_path}: nothing was started\n\n"
                f"# resolved config (written to {RunDir(run_dir).config} at launch)")
     typer.echo(tomli_w.dumps(plan.config.model_dump(mode="json", exclude_none=True)))
     typer.echo("# plan")
-    typer.echo(render_plan(plan, workdir, machine, tmux_socket))
+    typer.echo(render_plan(plan, workdir, machine, tmux_socket, job))
     if exists:
         typer.echo(f"\n# the tmux session '{plan.session}' exists: {exists}")
 
@@ -229,7 +286,8 @@ def check_remote_server(cfg: RLConfig) -> None:
 
 
 def launch(srv, plan, config_path: Path, run_dir: Path, workdir: Path) -> None:
-    """Pick the port, write the run directory (resolved config, environment, API key, pane scripts), start tmux.
+    """Pick the port, write the run directory (resolved config, environment, API key, pane scripts), start tmux
+    (srv None: a Slurm job runs the scripts).
     A remote server's key (inference.api_key_var) reaches the trainer the way the key of vf-rl's own does."""
     inference = plan.config.inference
     if inference.base_url:
@@ -252,8 +310,10 @@ def launch(srv, plan, config_path: Path, run_dir: Path, workdir: Path) -> None:
     if plan.inference is not None:
         plan.inference.script.write_text(pane_script(plan.inference, run_dir, workdir, inference_epilogue(run_dir)))
     plan.trainer.script.write_text(pane_script(plan.trainer, run_dir, workdir,
-                                               trainer_epilogue(run_dir, remote=inference.base_url)))
-    tmux.start_session(srv, plan, workdir)
+                                               trainer_epilogue(run_dir, remote=inference.base_url,
+                                                                elsewhere=plan.inference_elsewhere)))
+    if srv is not None:
+        tmux.start_session(srv, plan, workdir)
 
 
 def pick_session(srv, session: str | None, socket_name: str | None) -> tuple[str, Path]:
@@ -274,11 +334,22 @@ def pick_session(srv, session: str | None, socket_name: str | None) -> tuple[str
 
 @app.command("stop")
 def stop(
-    session: Annotated[Optional[str], typer.Argument(help="Session name \\[default: the only vf-rl session].")] = None,
+    session: Annotated[Optional[str], typer.Argument(metavar="SESSION|RUN_DIR", help="Session name \\[default: the only vf-rl session], or the run directory of a --slurm run.")] = None,
     tmux_socket: SocketOption = None,
     timeout: Annotated[float, typer.Option(help="Seconds the trainer gets to finish its step after Ctrl-C.")] = 60,
 ) -> None:
-    """Stop a run cleanly: Ctrl-C to the trainer, inference server stopped, no process left, session closed."""
+    """Stop a run cleanly: Ctrl-C to the trainer, inference server stopped, no process left, session closed.
+    A run directory of a --slurm run: scancel its job and wait until it has left the queue."""
+    if session is not None and (Path(session) / "slurm.jobid").is_file():
+        from vfrl.launcher import slurm
+
+        try:
+            code = slurm.stop(Path(session), timeout=max(timeout, 90), echo=typer.echo)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+            fail(str(e))
+        typer.echo(f"vf-rl: stopped slurm job {slurm.job_id(Path(session))} (trainer exit code {code or '?'}); "
+                   f"run directory {Path(session).resolve()}")
+        return
     srv = tmux.server(tmux_socket)
     name, run_dir = pick_session(srv, session, tmux_socket)
     killed = lifecycle.stop_run(srv, name, trainer_grace=timeout, echo=typer.echo)
@@ -289,8 +360,22 @@ def stop(
 
 
 @app.command("status")
-def status(tmux_socket: SocketOption = None) -> None:
-    """One line per vf-rl session: trainer and inference state, last step and reward, run directory."""
+def status(
+    run_dir: Annotated[Optional[Path], typer.Argument(metavar="[RUN_DIR]", help="The run directory of a --slurm run: its job's state.")] = None,
+    tmux_socket: SocketOption = None,
+) -> None:
+    """One line per vf-rl session: trainer and inference state, last step and reward, run directory.
+    With the run directory of a --slurm run: the same line for its job (squeue)."""
+    if run_dir is not None:
+        from vfrl.launcher import slurm
+
+        if not (run_dir / slurm.JOB_ID_FILE).is_file():
+            fail(f"{run_dir}: no slurm.jobid here (a tmux run is shown by `vf-rl status` alone)")
+        try:
+            typer.echo(slurm.status_line(run_dir.resolve()))
+        except (OSError, subprocess.SubprocessError) as e:
+            fail(f"squeue failed: {e}")
+        return
     srv = tmux.server(tmux_socket)
     runs = tmux.run_sessions(srv)
     if not runs:

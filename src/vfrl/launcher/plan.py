@@ -94,9 +94,14 @@ class Plan:
     trainer_processes: int = 1
     memory: SharedMemory | None = None  # set when vLLM and the trainer share GPUs
     notes: list[str] = field(default_factory=list)  # one line each: what vf-rl decided for the user, or could not check
+    # vLLM on another node than the trainer (a Slurm job's node 0, launcher/slurm.py): where, in words; its
+    # pid means nothing on the trainer's node, so the trainer's epilogue leaves it to the job script
+    inference_elsewhere: str | None = None
 
     @property
     def shared_devices(self) -> list[str]:
+        if self.inference_elsewhere:
+            return []
         return [d for d in self.inference_devices if d in self.trainer_devices]
 
 
@@ -475,7 +480,10 @@ def pane_script(pane: PanePlan, run_dir: Path, workdir: Path, after: list[str] =
              f"export {MARKER}={shlex.quote(str(run_dir))}  # vf-rl stop finds the run's processes by it"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in pane.env.items()]
     lines.append(f'export VFRL_API_KEY="$(cat {shlex.quote(str(RunDir(run_dir).api_key))})"')
-    lines.append(f"{shlex.join(pane.command)} 2>&1 | tee -i -a {shlex.quote(str(pane.log))}; code=${{PIPESTATUS[0]}}")
+    # tee ignores SIGTERM too: a Slurm job's scancel sends it to every process, and the log must keep the
+    # command's last words (a SIGTERM stops vf-train like Ctrl-C)
+    lines.append(f"{shlex.join(pane.command)} 2>&1 | (trap '' TERM; exec tee -i -a {shlex.quote(str(pane.log))}); "
+                 f"code=${{PIPESTATUS[0]}}")
     lines += list(after)
     lines.append("exit $code")
     return "\n".join(lines) + "\n"
@@ -493,13 +501,15 @@ def inference_epilogue(run_dir: Path) -> list[str]:
     return [record_exit_code(run_dir, "inference")]
 
 
-def trainer_epilogue(run_dir: Path, grace_s: int = 30, remote: str | None = None) -> list[str]:
+def trainer_epilogue(run_dir: Path, grace_s: int = 30, remote: str | None = None,
+                     elsewhere: str | None = None) -> list[str]:
     """After the trainer: record its exit code (atomically), then stop vf-rl's inference server and wait for it.
 
     vLLM shuts its engine and workers down on SIGTERM; if it has not within `grace_s` (seen on a loaded
     machine), the server and every process under it get SIGKILL together: killing only the server left
     its VLLM::Worker orphaned (clean-clone CI), holding the inference pane open.
-    A `remote` server (inference.base_url) is not vf-rl's: it is left running.
+    A `remote` server (inference.base_url) is not vf-rl's: it is left running. A server `elsewhere` (another
+    node of a Slurm job) is stopped by whoever started it there: its pid means nothing on this node.
     """
     paths = RunDir(run_dir)
     q = lambda p: shlex.quote(str(p))  # noqa: E731
@@ -510,6 +520,9 @@ def trainer_epilogue(run_dir: Path, grace_s: int = 30, remote: str | None = None
     if remote:
         return done + [f"printf 'vf-rl: trainer exited with code %s; the inference server at %s was not started by "
                        f"vf-rl and is left running.\\n' \"$code\" {q(remote)}"]
+    if elsewhere:
+        return done + [f"printf 'vf-rl: trainer exited with code %s; the inference server (%s) is stopped by the "
+                       f"job script.\\n' \"$code\" {q(elsewhere)}"]
     return done + [
         'tree() { echo "$1"; for c in $(pgrep -P "$1" 2>/dev/null); do tree "$c"; done; }',
         f"pid=$(cat {q(paths.inference_pid)} 2>/dev/null)",
@@ -521,7 +534,7 @@ def trainer_epilogue(run_dir: Path, grace_s: int = 30, remote: str | None = None
     ]
 
 
-def render_plan(plan: Plan, workdir: Path, machine: Machine, socket_name: str | None) -> str:
+def render_plan(plan: Plan, workdir: Path, machine: Machine, socket_name: str | None, job: str | None = None) -> str:
     """What `--dry-run` prints: the machine, the split, the run directory, and each pane's exact script."""
     inference = plan.config.inference
     if plan.inference is None:
@@ -536,6 +549,8 @@ def render_plan(plan: Plan, workdir: Path, machine: Machine, socket_name: str | 
                    f"{'es' * (plan.trainer_processes > 1)})")
         if plan.shared_devices:
             devices += f"; shared by both: {','.join(plan.shared_devices)}"
+        if plan.inference_elsewhere:
+            devices += f"; vLLM on {plan.inference_elsewhere}, the trainer on a node of its own"
     else:
         devices = (f"no GPU in use: inference on cores {plan.inference.env['VLLM_CPU_OMP_THREADS_BIND']}, "
                    f"trainer with {plan.trainer.env['OMP_NUM_THREADS']} thread(s)"
@@ -547,7 +562,8 @@ def render_plan(plan: Plan, workdir: Path, machine: Machine, socket_name: str | 
         gpus += f" (CUDA_VISIBLE_DEVICES={','.join(machine.gpu_ids)})"
     if machine.gpu_memory_mib:
         gpus += f" of {machine.gpu_memory_mib / 1024:.1f} GiB"
-    out = [f"machine:        {gpus}, {machine.cpus} CPU core(s)", f"devices:        {devices}"]
+    out = [f"{'each node' if job else 'machine'}:{' ' * (6 if job else 8)}{gpus}, {machine.cpus} CPU core(s)",
+           f"devices:        {devices}"]
     if m := plan.memory:
         chosen = ("inference.args.gpu_memory_utilization" if not m.derived else
                   "derived" if m.gpu_bytes else "vf-rl's choice when it cannot check")
@@ -563,13 +579,15 @@ def render_plan(plan: Plan, workdir: Path, machine: Machine, socket_name: str | 
     out += [f"note:           {note}" for note in plan.notes]
     out += [
         f"run directory:  {plan.run_dir}",
+        f"slurm job:      {job}" if job else
         f"tmux session:   {plan.session}" + (f" (socket -L {socket_name})" if socket_name else ""),
         f"vLLM endpoint:  {inference.base_url} (inference.base_url: a server vf-rl neither starts nor stops; API "
         f"key from ${inference.api_key_var}; checked before the trainer starts)" if inference.base_url else
         f"vLLM endpoint:  http://{inference.host}:{inference.port}/v1"
         + (" (port 0: a free port is picked at launch)" if inference.port == 0 else ""),
     ]
-    panes = [(plan.trainer, trainer_epilogue(plan.run_dir, remote=inference.base_url))]
+    panes = [(plan.trainer, trainer_epilogue(plan.run_dir, remote=inference.base_url,
+                                             elsewhere=plan.inference_elsewhere))]
     if plan.inference is not None:
         panes.insert(0, (plan.inference, inference_epilogue(plan.run_dir)))
     for pane, after in panes:

@@ -21,17 +21,21 @@ app = typer.Typer(add_completion=False, help=__doc__, pretty_exceptions_enable=F
 def train(
     at: Annotated[str, typer.Argument(metavar="@", help="Literal '@' followed by the resolved config file.")],
     config_path: Annotated[Path, typer.Argument(metavar="CONFIG", exists=True, dir_okay=False)],
-    base_url: Annotated[str | None, typer.Option(help="vLLM base URL; default: inference.base_url, else [inference] host/port.")] = None,
+    base_url: Annotated[str | None, typer.Option(envvar="VFRL_INFERENCE_URL", help="vLLM base URL of a server on another machine (a Slurm job's inference node): watched by /health only, never stopped; default: inference.base_url, else [inference] host/port.")] = None,
 ) -> None:
     """Train the run described by CONFIG (as written by vf-rl into the run directory)."""
     if at != "@":
         raise typer.BadParameter("usage: vf-train @ CONFIG")
     run_dir = config_path.resolve().parent
+    # SIGTERM (Slurm's scancel, a job's time limit) is a stop like Ctrl-C: the step is finished or dropped, the
+    # adapters on disk stay whole, and the exit code says interrupted
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:  # from the first import on: a Ctrl-C during start-up is a stop like any other, not a traceback
         try:
             run(config_path, run_dir, base_url)
         finally:  # on the way out: a late or second Ctrl-C must not raise inside an atexit hook (a traceback)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
     except KeyboardInterrupt:  # Ctrl-C in the pane or `vf-rl stop`: adapters are written atomically, so whole
         print("vf-train: interrupted; the adapters in the run directory are complete", flush=True)
         raise typer.Exit(EXIT_INTERRUPTED)

@@ -132,8 +132,10 @@ class RLTrainer:
         self.steps_done, self.in_step = self.start_step, False
         self.unlogged: tuple[int, Batch, dict, dict] | None = None  # the last step trained, until its line is written
         self.log_file = paths.log("trainer")
-        # the server process to watch beside /health: vf-vllm's, none for a server vf-rl did not start
-        self.inference_pid_file = None if config.inference.base_url else paths.inference_pid
+        # the server process to watch beside /health: vf-vllm's, none for a server vf-rl did not start or one on
+        # another node (a base URL other than its own server's: a Slurm job's inference node)
+        own = not config.inference.base_url and base_url == config.inference.url
+        self.inference_pid_file = paths.inference_pid if own else None
         # wandb is imported only here: report_to = "none" needs neither the package nor an account
         self.wandb = (WandbSink(run_dir, self.args.run_name, config.model_dump(mode="json"))
                       if self.args.report_to == "wandb" and self.ranks.is_main else NoWandb())
