@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vfrl.config import RLConfig
+from vfrl.launcher import procs
 from vfrl.launcher.plan import Machine, Plan, PlanError, network_notice
 from vfrl.run_dir import RunDir
 
@@ -42,11 +43,11 @@ def layout(cfg: RLConfig, here: Machine) -> Layout:
     remote = inf.base_url is not None
     need = tr.gpus + (0 if remote else inf.gpus)
     per_node = here.gpus if s.gpus_per_node is None else s.gpus_per_node
-    if per_node == 0:
-        return Layout(nodes=1, gpus_per_node=0, inference_node=False)
     if tr.nodes > 1:
         raise PlanError("trainer.nodes", tr.nodes, "--slurm runs the trainer on one node so far; start a multi-node "
                         "trainer with the per-node commands vf-rl prints without --slurm (docs/scaling.md)")
+    if per_node == 0:
+        return Layout(nodes=1, gpus_per_node=0, inference_node=False)
     if remote or need <= per_node:
         return Layout(nodes=1, gpus_per_node=per_node, inference_node=False)
     for key, gpus in (("inference.gpus", inf.gpus), ("trainer.gpus", tr.gpus)):
@@ -181,6 +182,7 @@ def stop(run_dir: Path, timeout: float = 180, echo=print) -> str | None:
     The trainer's exit code, or None when it never recorded one."""
     import time
 
+    run_dir = run_dir.resolve()  # as the pane scripts' VFRL_RUN_DIR names it
     job = job_id(run_dir)
     if job is None:
         raise RuntimeError(f"{run_dir} has no slurm.jobid: not a submitted vf-rl Slurm run")
@@ -189,10 +191,13 @@ def stop(run_dir: Path, timeout: float = 180, echo=print) -> str | None:
     else:
         echo(f"vf-rl: stopping slurm job {job} (scancel: the trainer stops as on Ctrl-C)")
         cancel(job)
-        deadline = time.monotonic() + timeout
-        while job_state(job) is not None:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"slurm job {job} is still in the queue {timeout:.0f}s after scancel; see squeue")
-            time.sleep(0.5)
+    # the job leaves the queue before its processes have finished stopping: wait for those seen from here
+    # too (all of them on a one-node cluster; on a login node none, and Slurm has ended them with the job)
+    deadline = time.monotonic() + timeout
+    while job_state(job) is not None or procs.pane_processes([], run_dir):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"slurm job {job} or its processes are still there {timeout:.0f}s after scancel; "
+                               f"see squeue")
+        time.sleep(0.5)
     code = RunDir(run_dir).exit_code("trainer")
     return code.read_text().strip() if code.is_file() else None

@@ -1,0 +1,172 @@
+"""vf-rl --slurm on paper: the [slurm] table, which node runs what, the sbatch script, and status/stop
+against stand-in squeue/scancel (the real Slurm run is tests/test_slurm_e2e.py; the 2 x 8 GPU golden is in
+test_launcher_plan.py)."""
+
+import os
+import stat
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from vfrl.config import RLConfig
+from vfrl.launcher import cli, slurm
+from vfrl.launcher.plan import Machine, PlanError, make_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+LOGIN_NODE = Machine(gpus=0, cpus=4)
+
+
+def config(**tables) -> RLConfig:
+    raw = tomllib.loads((ROOT / "configs/rl/quickstart.toml").read_text())
+    raw["trainer"]["args"]["micro_batch_size"] = 8  # 128 rollouts share out over up to 16 trainer GPUs
+    for table, values in tables.items():
+        raw.setdefault(table, {}).update(values)
+    return RLConfig.model_validate(raw)
+
+
+def test_vllm_and_trainer_that_fit_on_one_node_share_it():
+    lay = slurm.layout(config(inference={"gpus": 2}, trainer={"gpus": 2}, slurm={"gpus_per_node": 4}), LOGIN_NODE)
+    assert (lay.nodes, lay.gpus_per_node, lay.inference_node) == (1, 4, False)
+
+
+def test_vllm_gets_a_node_of_its_own_when_both_do_not_fit():
+    lay = slurm.layout(config(inference={"gpus": 8}, trainer={"gpus": 8}, slurm={"gpus_per_node": 8}), LOGIN_NODE)
+    assert (lay.nodes, lay.gpus_per_node, lay.inference_node) == (2, 8, True)
+
+
+def test_a_remote_server_needs_only_the_trainer_node():
+    cfg = config(inference={"gpus": 8, "base_url": "http://vllm-host:8000/v1"}, trainer={"gpus": 8},
+                 slurm={"gpus_per_node": 8})
+    assert slurm.layout(cfg, LOGIN_NODE).nodes == 1
+
+
+def test_a_login_node_without_gpus_writes_a_cpu_job_and_says_so():
+    cfg = config(inference={"gpus": 1}, trainer={"gpus": 1})
+    lay = slurm.layout(cfg, LOGIN_NODE)
+    assert lay.gpus_per_node == 0
+    assert "slurm.gpus_per_node is left out" in slurm.notes(cfg, lay)[0]
+    assert slurm.layout(cfg, Machine(gpus=4, cpus=8)).gpus_per_node == 4  # on a GPU node: its own GPUs
+
+
+@pytest.mark.parametrize("tables, key", [
+    ({"inference": {"gpus": 16}, "trainer": {"gpus": 8}, "slurm": {"gpus_per_node": 8}}, "inference.gpus"),
+    ({"inference": {"gpus": 4}, "trainer": {"gpus": 16}, "slurm": {"gpus_per_node": 8}}, "trainer.gpus"),
+    ({"inference": {"gpus": 8, "share_gpus": "always"}, "trainer": {"gpus": 8}, "slurm": {"gpus_per_node": 8}},
+     "inference.share_gpus"),
+    ({"trainer": {"nodes": 2}}, "trainer.nodes"),
+])
+def test_a_job_the_nodes_cannot_hold_is_refused_before_anything_is_written(tables, key):
+    with pytest.raises(PlanError) as e:
+        slurm.layout(config(**tables), LOGIN_NODE)
+    assert e.value.key == key
+
+
+def test_the_sbatch_script_runs_the_pane_scripts_and_records_the_job(tmp_path):
+    cfg = config(slurm={"partition": "debug", "account": "me", "time": "1-00:00:00", "cpus_per_node": 2,
+                        "extra_sbatch": ["--qos=low", "--mail-type=END"]})
+    lay = slurm.layout(cfg, LOGIN_NODE)
+    plan = make_plan(cfg, tmp_path / "run", "s", slurm.node_machine(cfg, lay, LOGIN_NODE), ROOT)
+    script = slurm.sbatch_script(plan, lay, ROOT)
+    for line in ["#SBATCH --nodes=1", "#SBATCH --partition=debug", "#SBATCH --account=me", "#SBATCH --time=1-00:00:00",
+                 "#SBATCH --cpus-per-task=2", "#SBATCH --qos=low", "#SBATCH --mail-type=END",
+                 f"#SBATCH --output={tmp_path}/run/logs/slurm-%j.out", f"bash {tmp_path}/run/inference.sh &",
+                 f"bash {tmp_path}/run/trainer.sh", f'echo "$SLURM_JOB_ID" > {tmp_path}/run/slurm.jobid']:
+        assert line in script.splitlines(), line
+    assert "--gpus-per-node" not in script and "srun" not in script
+    assert plan.trainer.env["OMP_NUM_THREADS"] == "1"  # the job's 2 cores split as on a 2-core machine
+
+
+@pytest.mark.parametrize("slurm_table, error", [
+    ({"extra_sbatch": ["qos=high"]}, 'slurm.extra_sbatch = ["qos=high"] is invalid'),
+    ({"time": "four hours"}, "slurm.time"),
+    ({"partion": "gpu"}, "did you mean 'slurm.partition'"),
+])
+def test_slurm_table_mistakes_are_one_line(tmp_path, monkeypatch, slurm_table, error):
+    monkeypatch.chdir(tmp_path)
+    lines = [f"{k} = {v!r}".replace("'", '"') for k, v in slurm_table.items()]
+    (tmp_path / "cfg.toml").write_text((ROOT / "configs/rl/quickstart.toml").read_text() + "\n[slurm]\n" + "\n".join(lines) + "\n")
+    result = CliRunner().invoke(cli.app, ["run", "cfg.toml", "--slurm", "--dry-run"])
+    assert result.exit_code == 2
+    assert error in result.output and "Traceback" not in result.output
+
+
+def test_submit_needs_slurm_and_sbatch(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").symlink_to(ROOT / "models")
+    (tmp_path / "cfg.toml").write_text((ROOT / "configs/rl/quickstart.toml").read_text())
+    result = CliRunner().invoke(cli.app, ["run", "cfg.toml", "--submit"])
+    assert result.exit_code == 2 and "add --slurm" in result.output
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
+    result = CliRunner().invoke(cli.app, ["run", "cfg.toml", "--slurm", "--submit"])
+    assert result.exit_code == 2
+    assert "sbatch, squeue, scancel not found on PATH" in result.output
+    assert not (tmp_path / "outputs").exists()  # refused before anything was written
+
+
+def fake_slurm(bin_dir: Path, state_file: Path) -> None:
+    """squeue prints the job's state from state_file (empty: gone); scancel empties it and records the call."""
+    tools = {
+        "squeue": f'#!/bin/sh\ncat {state_file}\n',
+        "scancel": f'#!/bin/sh\necho "$@" > {state_file}.cancelled\n: > {state_file}\n',
+        "sbatch": f'#!/bin/sh\necho "$@" > {state_file}.submitted\necho "4242;cluster"\n',
+    }
+    bin_dir.mkdir()
+    for name, text in tools.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(stat.S_IRWXU)
+
+
+def test_status_and_stop_read_the_job_of_a_run_directory(tmp_path, monkeypatch):
+    state = tmp_path / "state"
+    fake_slurm(tmp_path / "bin", state)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "slurm.jobid").write_text("4242\n")
+    (run_dir / "metrics.jsonl").write_text('{"step": 3, "max_steps": 10, "reward_mean": 0.25}\n')
+    state.write_text("RUNNING\n")
+    out = CliRunner().invoke(cli.app, ["status", str(run_dir)]).output
+    assert out.startswith("slurm job 4242: RUNNING, trainer running, inference running, step 3/10, reward 0.250")
+    (run_dir / "trainer.exitcode").write_text("130\n")
+    result = CliRunner().invoke(cli.app, ["stop", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "state.cancelled").read_text().strip() == "4242"
+    assert "stopped slurm job 4242 (trainer exit code 130)" in result.output
+    assert CliRunner().invoke(cli.app, ["status", str(run_dir)]).output.startswith("slurm job 4242: ended, trainer exited 130")
+    result = CliRunner().invoke(cli.app, ["status", str(tmp_path)])
+    assert result.exit_code == 2 and "no slurm.jobid" in result.output
+
+
+def test_submit_writes_the_run_directory_and_records_the_job_id(tmp_path, monkeypatch):
+    state = tmp_path / "state"
+    fake_slurm(tmp_path / "bin", state)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").symlink_to(ROOT / "models")
+    (tmp_path / "cfg.toml").write_text((ROOT / "configs/rl/quickstart.toml").read_text())
+    result = CliRunner().invoke(cli.app, ["run", "cfg.toml", "--slurm", "--submit", "--inference.port", "18555"])
+    assert result.exit_code == 0, result.output
+    run_dir = tmp_path / "outputs" / "quickstart"
+    assert "submitted batch job 4242" in result.output
+    assert (run_dir / "slurm.jobid").read_text().strip() == "4242"
+    assert (tmp_path / "state.submitted").read_text().split() == ["--parsable", str(run_dir / "job.sbatch")]
+    for name in ("config.toml", "inference.sh", "trainer.sh", "job.sbatch", ".api_key"):
+        assert (run_dir / name).is_file(), name
+    assert "--slurm --submit" in (run_dir / "trainer.sh").read_text()  # the resume command a failure prints
+    assert subprocess.run(["bash", "-n", str(run_dir / "job.sbatch")]).returncode == 0
+
+
+def test_vf_train_takes_sigterm_as_a_stop(tmp_path):
+    """scancel sends SIGTERM: vf-train's handler makes it the KeyboardInterrupt path (exit 130, one line)."""
+    code = ("import signal, os; from vfrl.trainer import cli as c; "
+            "c.run = lambda *a: os.kill(os.getpid(), signal.SIGTERM); "
+            "import sys; sys.argv = ['vf-train', '@', sys.argv[1]]; c.main()")
+    cfg = tmp_path / "config.toml"
+    cfg.write_text((ROOT / "configs/rl/quickstart.toml").read_text())
+    done = subprocess.run([sys.executable, "-c", code, str(cfg)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130, done.stderr
+    assert "vf-train: interrupted" in done.stdout and "Traceback" not in done.stderr
