@@ -57,7 +57,7 @@ def main() -> None:
 
     import os
 
-    from vfrl.environments.loader import load_environment
+    from vfrl.envs.loader import load_environment
 
     tiny = ROOT / "models" / "tiny-reverse"
     key = "bench-key"

@@ -246,7 +246,7 @@ def fake_batch(trainer, seed: int):
     current policy's own sampling logprobs, as vLLM would have returned them."""
     import torch
 
-    from vfrl.environments.environment import Rollout
+    from vfrl.envs.environment import Rollout
     from vfrl.trainer.logprobs import sequence_logprobs
     from vfrl.trainer.orchestrator import Batch
 
@@ -431,7 +431,7 @@ def sample(server: VfVllm, model_name: str, n: int = 8) -> list:
     """n reverse-text rollouts from vLLM, seeded, with the token ids and sampling logprobs the trainer gets."""
     from openai import AsyncOpenAI
 
-    from vfrl.environments.loader import load_environment
+    from vfrl.envs.loader import load_environment
 
     env = load_environment("reverse-text")
 

@@ -15,7 +15,7 @@ from conftest import BIN, ROOT
 from fake_openai import FakeOpenAI
 
 import vfrl
-from vfrl.environments.loader import EnvironmentLoadError
+from vfrl.envs.loader import EnvironmentLoadError
 
 SEMAPHORE_SIZE = 8
 

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from conftest import BIN, write_config, tmux_socket
-from vfrl.environments.environment import Rollout
+from vfrl.envs.environment import Rollout
 from vfrl.launcher.plot import read_metrics
 from vfrl.launcher.resume import ResumeError, find_checkpoint
 from vfrl.trainer.checkpoint import (

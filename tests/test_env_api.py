@@ -7,7 +7,7 @@ import pytest
 from fake_openai import CHATML, IM_END, STRIPS_PAST_THINK, FakeOpenAI, PlainOpenAI, decode, encode, logprob_at
 
 import vfrl
-from vfrl.environments.rubric import Rubric
+from vfrl.envs.rubric import Rubric
 
 SAMPLING = {"temperature": 1.0, "max_tokens": 200}
 
@@ -307,7 +307,7 @@ def test_a_server_that_ignores_n_gets_one_request_per_rollout():
 
 
 def test_a_rollout_whose_first_request_differs_sends_its_own():
-    from vfrl.environments.group_request import GroupRequest
+    from vfrl.envs.group_request import GroupRequest
 
     async def claims():
         group, sent = GroupRequest(2), []

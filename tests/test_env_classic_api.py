@@ -11,7 +11,7 @@ import pytest
 from fake_openai import FakeOpenAI
 
 import vfrl as vf
-from vfrl.environments.environment import Rollout
+from vfrl.envs.environment import Rollout
 
 sys.path.insert(0, str(Path(__file__).parent / "classic_pkgs"))
 import classic_quiz  # noqa: E402

@@ -19,13 +19,13 @@ from fake_openai import FakeOpenAI
 import vfrl
 from typer.testing import CliRunner
 
-from vfrl.environments.cli.eval import app as eval_app
-from vfrl.environments.cli.eval import model_slug, run_eval, summarize
-from vfrl.environments.cli.eval_defaults import read_eval_defaults
-from vfrl.environments.cli.init import app as init_app
-from vfrl.environments.cli.init import create_package, render
-from vfrl.environments.cli.install import app as install_app
-from vfrl.environments.cli.install import pip_target
+from vfrl.envs.cli.eval import app as eval_app
+from vfrl.envs.cli.eval import model_slug, run_eval, summarize
+from vfrl.envs.cli.eval_defaults import read_eval_defaults
+from vfrl.envs.cli.init import app as init_app
+from vfrl.envs.cli.init import create_package, render
+from vfrl.envs.cli.install import app as install_app
+from vfrl.envs.cli.install import pip_target
 
 
 def cli(*args, cwd=None, env=None, timeout=300) -> subprocess.CompletedProcess:
@@ -116,7 +116,7 @@ def installed_and_loadable(name: str) -> bool:
     sys.modules.pop(name.replace("-", "_"), None)
     try:
         return len(vfrl.load_environment(name).dataset) == 200
-    except vfrl.environments.loader.EnvironmentNotFound:
+    except vfrl.envs.loader.EnvironmentNotFound:
         return False
 
 

@@ -15,7 +15,7 @@ from conftest import BIN
 from test_env_cli import one_error_line, run_cli
 
 import vfrl
-from vfrl.environments.loader import EnvironmentLoadError
+from vfrl.envs.loader import EnvironmentLoadError
 
 MODULES = {
     "raises_env_mod": "def load_environment(size: int = 3):\n"

@@ -16,8 +16,8 @@ from test_env_alphabet_sort import names_so_far
 from typer.testing import CliRunner
 
 import vfrl
-from vfrl.environments.cli.eval import app as eval_app
-from vfrl.environments.sampling import MissingTokenIds, probe_token_ids
+from vfrl.envs.cli.eval import app as eval_app
+from vfrl.envs.sampling import MissingTokenIds, probe_token_ids
 
 
 def last_user(prompt: str) -> str:

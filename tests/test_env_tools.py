@@ -7,7 +7,7 @@ from typing import Literal
 from fake_openai import FakeOpenAI, decode
 
 import vfrl
-from vfrl.environments.tools import tool_schema
+from vfrl.envs.tools import tool_schema
 
 
 def add(a: int, b: float = 1.0) -> float:

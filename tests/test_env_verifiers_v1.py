@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from vfrl.environments.verifiers_v1 import DroppedEpisode, episode_rollout
+from vfrl.envs.verifiers_v1 import DroppedEpisode, episode_rollout
 from vfrl.inference.scale_out import find_uv, is_verifiers_package
 
 from conftest import BIN, tmux_socket
@@ -138,7 +138,7 @@ def test_missing_uv_is_one_line_before_anything_starts(monkeypatch):
 
 
 def test_a_verifiers_package_without_verifiers_installed_is_one_line(monkeypatch):
-    from vfrl.environments.loader import EnvironmentLoadError, load_environment
+    from vfrl.envs.loader import EnvironmentLoadError, load_environment
 
     monkeypatch.setitem(sys.modules, "verifiers", None)  # import verifiers fails, as when it is not installed
     monkeypatch.delitem(sys.modules, "v1_reverse", raising=False)
@@ -151,8 +151,8 @@ def test_a_verifiers_package_without_verifiers_installed_is_one_line(monkeypatch
 
 @needs_v1
 def test_missing_uv_at_load_is_one_line(monkeypatch):
-    from vfrl.environments import verifiers_v1
-    from vfrl.environments.loader import EnvironmentLoadError, load_environment
+    from vfrl.envs import verifiers_v1
+    from vfrl.envs.loader import EnvironmentLoadError, load_environment
 
     monkeypatch.setattr(verifiers_v1, "find_uv", lambda: None)
     with pytest.raises(EnvironmentLoadError, match=r"uv is not installed"):
@@ -168,8 +168,8 @@ def test_orchestrator_samples_a_v1_package_through_the_generate_route(tiny_model
 
     from fake_generate import FakeGenerate
     from vfrl.config import TrainerArgs
-    from vfrl.environments.loader import load_environment
-    from vfrl.environments.verifiers_v1 import V1Environment
+    from vfrl.envs.loader import load_environment
+    from vfrl.envs.verifiers_v1 import V1Environment
     from vfrl.trainer.orchestrator import Orchestrator
 
     env = load_environment("v1-reverse")
@@ -218,7 +218,7 @@ def test_a_failing_episode_is_dropped_and_counted(tiny_model, monkeypatch):
 
     from fake_generate import FakeGenerate
     from vfrl.config import TrainerArgs
-    from vfrl.environments.loader import load_environment
+    from vfrl.envs.loader import load_environment
     from vfrl.trainer.orchestrator import Orchestrator
     from vfrl.trainer.step_faults import BatchLost
 
@@ -255,7 +255,7 @@ def test_v1_package_samples_through_the_real_vllm_server(shared_vllm_server, tin
 
     from conftest import max_logprob_gap
     from vfrl.config import TrainerArgs
-    from vfrl.environments.loader import load_environment
+    from vfrl.envs.loader import load_environment
     from vfrl.trainer.orchestrator import Orchestrator
 
     monkeypatch.setenv("PYTHONPATH", str(PKGS))  # vf-eval finds the package

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 
 from vfrl.config import TrainerArgs
-from vfrl.environments.environment import Environment
+from vfrl.envs.environment import Environment
 from vfrl.trainer.evaluation import eval_example_ids, held_out_size, is_eval_step, summarize
 from vfrl.trainer.orchestrator import Orchestrator
 

@@ -7,7 +7,7 @@ import torch
 from pydantic import ValidationError
 
 from vfrl.config import TrainerArgs
-from vfrl.environments.environment import Rollout
+from vfrl.envs.environment import Rollout
 from vfrl.trainer.advantages import group_advantages, reward_stats
 from vfrl.trainer.batch import collate, make_train_batch
 from vfrl.trainer.loss import (gspo_loss, kl_penalty, mismatch_kl, policy_loss, ppo_clip_loss,

@@ -6,7 +6,7 @@ import time
 import pytest
 
 import vfrl
-from vfrl.environments.math_rubric import answers_equal, boxed_content, extract_boxed_answer
+from vfrl.envs.math_rubric import answers_equal, boxed_content, extract_boxed_answer
 
 
 @pytest.mark.parametrize("text, expected", [

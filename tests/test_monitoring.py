@@ -167,7 +167,7 @@ def test_trainer_log_flags_a_mismatch_jump_in_metrics_console_and_wandb(tiny_mod
     """RLTrainer.log: metrics.jsonl line per step with mismatch_kl_alert, rollouts file, warning, wandb alert."""
     from conftest import write_config
     from vfrl.config import load_config
-    from vfrl.environments.environment import Rollout
+    from vfrl.envs.environment import Rollout
     from vfrl.trainer.orchestrator import Batch
     from vfrl.trainer.trainer import RLTrainer
 

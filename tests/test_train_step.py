@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from vfrl.config import RLConfig
-from vfrl.environments.environment import Rollout
+from vfrl.envs.environment import Rollout
 from vfrl.trainer.logprobs import naive_sequence_logprobs, sequence_logprobs, sequence_logprobs_and_entropy
 from vfrl.trainer.orchestrator import Batch
 from vfrl.trainer.reference import ReferencePolicy

@@ -132,7 +132,7 @@ def test_any_other_failure_is_named_with_the_server_still_checked(trainer):
 
 
 def test_errors_worded_for_users_are_shown_as_they_are():
-    from vfrl.environments.loader import EnvironmentLoadError
+    from vfrl.envs.loader import EnvironmentLoadError
 
     assert describe(EnvironmentLoadError("environment 'x' (package x 0.1): boom")) == "environment 'x' (package x 0.1): boom"
     assert describe(KeyError("k")) == "KeyError: 'k'"
@@ -145,7 +145,7 @@ def test_a_batch_past_generation_timeout_stops_the_run_in_one_line():
     import asyncio
 
     from vfrl.config import TrainerArgs
-    from vfrl.environments.environment import Environment
+    from vfrl.envs.environment import Environment
     from vfrl.trainer.orchestrator import Orchestrator
     from vfrl.trainer.step_faults import BatchTimedOut
 

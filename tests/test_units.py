@@ -2,7 +2,7 @@
 
 import torch
 
-from vfrl.environments.environment import Rollout
+from vfrl.envs.environment import Rollout
 from vfrl.trainer.batch import collate
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from vfrl.config import RLConfig, load_config
-    from vfrl.environments import (
+    from vfrl.envs import (
         EnvGroup, Environment, JudgeRubric, MathRubric, MultiTurnEnv, Parser, Rollout, Rubric, RubricGroup,
         SingleTurnEnv, StatefulToolEnv, ThinkParser, ToolEnv, XMLParser, extract_boxed_answer, load_environment,
     )
@@ -40,6 +40,6 @@ def __getattr__(name: str):
         return module
     if name not in __all__:
         raise AttributeError(f"module 'vfrl' has no attribute {name!r}")
-    value = getattr(import_module(_HOME.get(name, "vfrl.environments")), name)
+    value = getattr(import_module(_HOME.get(name, "vfrl.envs")), name)
     globals()[name] = value
     return value

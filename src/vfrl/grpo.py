@@ -202,7 +202,7 @@ class GRPOTrainer:
         metrics.jsonl as an eval line of the steps trained so far."""
         from openai import AsyncOpenAI
 
-        from vfrl.environments import load_environment
+        from vfrl.envs import load_environment
         from vfrl.run_dir import RunDir, append_jsonl
         from vfrl.trainer.evaluation import eval_example_ids
         from vfrl.trainer.inference_watch import InferenceLost

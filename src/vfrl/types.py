@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from vfrl.environments.messages import (  # noqa: F401
+from vfrl.envs.messages import (  # noqa: F401
     AssistantMessage, Message, Messages, State, SystemMessage, ToolCall, ToolMessage, UserMessage,
 )
 

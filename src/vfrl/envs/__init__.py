@@ -1,1 +1,31 @@
-"""verifiers' `verifiers.envs` module paths, for packages that import from there."""
+"""The environment library: what an environment is (environment.py), the classic kinds (multiturn.py, tools.py,
+env_group.py), scoring (rubric.py, parsers.py), loading a package by id (loader.py), sampling through vLLM
+(sampling.py), and the vf-init / vf-install / vf-eval commands (cli/). The folder is named as verifiers names
+its own (`verifiers.envs`), so `vf.envs.integrations` and friends resolve the same way."""
+
+from vfrl.envs.classic import (
+    BOXED_SYSTEM_PROMPT, THINK_BOXED_SYSTEM_PROMPT, BrowserEnv, PythonEnv, ReasoningGymEnv, SandboxEnv, TextArenaEnv,
+    extract_hash_answer, load_example_dataset,
+)
+from vfrl.envs.env_group import EnvGroup
+from vfrl.envs.environment import DatasetBuildError, Environment, Rollout
+from vfrl.envs.judge_rubric import JudgeRubric
+from vfrl.envs.loader import load_environment
+from vfrl.envs.math_rubric import MathRubric, extract_boxed_answer
+from vfrl.envs.messages import (
+    AssistantMessage, Message, Messages, State, SystemMessage, ToolCall, ToolMessage, UserMessage,
+)
+from vfrl.envs.multiturn import MultiTurnEnv, SingleTurnEnv, stop
+from vfrl.envs.parsers import Parser, ThinkParser, XMLParser
+from vfrl.envs.rubric import Rubric, RubricGroup
+from vfrl.envs.tools import StatefulToolEnv, ToolEnv
+
+__all__ = [
+    "Environment", "Rollout", "SingleTurnEnv", "MultiTurnEnv", "ToolEnv", "StatefulToolEnv", "EnvGroup",
+    "Rubric", "RubricGroup", "JudgeRubric", "MathRubric", "extract_boxed_answer",
+    "Parser", "XMLParser", "ThinkParser", "load_environment",
+    # verifiers' classic API names (docs/environments.md, "Porting from verifiers")
+    "stop", "State", "Messages", "Message", "SystemMessage", "UserMessage", "AssistantMessage", "ToolMessage",
+    "ToolCall", "DatasetBuildError", "load_example_dataset", "extract_hash_answer", "BOXED_SYSTEM_PROMPT",
+    "THINK_BOXED_SYSTEM_PROMPT", "ReasoningGymEnv", "TextArenaEnv", "PythonEnv", "SandboxEnv", "BrowserEnv",
+]

@@ -1,1 +1,1 @@
-from vfrl.environments.judge_rubric import JudgeRubric  # noqa: F401
+from vfrl.envs.judge_rubric import JudgeRubric  # noqa: F401

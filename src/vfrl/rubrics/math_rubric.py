@@ -1,1 +1,1 @@
-from vfrl.environments.math_rubric import MathRubric  # noqa: F401
+from vfrl.envs.math_rubric import MathRubric  # noqa: F401

@@ -1,1 +1,1 @@
-from vfrl.environments.rubric import Rubric  # noqa: F401
+from vfrl.envs.rubric import Rubric  # noqa: F401

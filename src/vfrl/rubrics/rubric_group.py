@@ -1,1 +1,1 @@
-from vfrl.environments.rubric import RubricGroup  # noqa: F401
+from vfrl.envs.rubric import RubricGroup  # noqa: F401

@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from vfrl.environments.environment import Rollout
+from vfrl.envs.environment import Rollout
 from vfrl.trainer.advantages import group_advantages
 from vfrl.trainer.normalization import loss_weights
 

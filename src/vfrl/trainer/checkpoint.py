@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vfrl.environments.environment import Rollout
+from vfrl.envs.environment import Rollout
 from vfrl.run_dir import atomic_directory
 from vfrl.trainer.orchestrator import Batch
 

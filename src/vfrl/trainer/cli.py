@@ -66,6 +66,6 @@ def main() -> None:
         app()
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    from vfrl.environments.daemon_pool import exit_process
+    from vfrl.envs.daemon_pool import exit_process
 
     exit_process(code)  # a thread still in a reward function, a tool or a vLLM call must not abort the exit

@@ -13,8 +13,8 @@ import time
 from statistics import mean, pstdev
 
 from vfrl.config import TrainerArgs
-from vfrl.environments.environment import Environment, Rollout
-from vfrl.environments.faults import RolloutFaults
+from vfrl.envs.environment import Environment, Rollout
+from vfrl.envs.faults import RolloutFaults
 
 
 def held_out_size(env: Environment, args: TrainerArgs) -> int:

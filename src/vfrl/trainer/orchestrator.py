@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass, field
 
 from vfrl.config import TrainerArgs
-from vfrl.environments.environment import Environment, Rollout
-from vfrl.environments.faults import RolloutFaults
+from vfrl.envs.environment import Environment, Rollout
+from vfrl.envs.faults import RolloutFaults
 from vfrl.trainer.evaluation import evaluate, held_out_size
 from vfrl.trainer.step_faults import BatchTimedOut, check_step
 

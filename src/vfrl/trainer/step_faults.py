@@ -11,8 +11,8 @@ policy on zeros, quietly).
 
 from __future__ import annotations
 
-from vfrl.environments.environment import Rollout
-from vfrl.environments.faults import RolloutFaults, one_line
+from vfrl.envs.environment import Rollout
+from vfrl.envs.faults import RolloutFaults, one_line
 
 
 class RolloutFaultError(RuntimeError):

@@ -22,9 +22,9 @@ import httpx
 import torch
 
 from vfrl.config import RLConfig
-from vfrl.environments.daemon_pool import DaemonPool
+from vfrl.envs.daemon_pool import DaemonPool
 from vfrl.inference.endpoints import server_root
-from vfrl.environments.loader import load_environment
+from vfrl.envs.loader import load_environment
 from vfrl.run_dir import RunDir, append_jsonl, set_aside_after
 from vfrl.trainer.advantages import reward_stats
 from vfrl.trainer.batch import TrainBatch, make_train_batch

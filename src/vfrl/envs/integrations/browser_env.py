@@ -1,1 +1,1 @@
-from vfrl.environments.classic import BrowserEnv  # noqa: F401
+from vfrl.envs.classic import BrowserEnv  # noqa: F401

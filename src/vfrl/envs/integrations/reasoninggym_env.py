@@ -1,1 +1,1 @@
-from vfrl.environments.classic import ReasoningGymEnv  # noqa: F401
+from vfrl.envs.classic import ReasoningGymEnv  # noqa: F401

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from vfrl.environments.math_rubric import extract_boxed_answer
-from vfrl.environments.multiturn import SingleTurnEnv
-from vfrl.environments.parsers import Parser, XMLParser
-from vfrl.environments.rubric import Rubric
+from vfrl.envs.math_rubric import extract_boxed_answer
+from vfrl.envs.multiturn import SingleTurnEnv
+from vfrl.envs.parsers import Parser, XMLParser
+from vfrl.envs.rubric import Rubric
 
 BOXED_SYSTEM_PROMPT = "Please reason step by step, and put your final answer within \\boxed{}."
 THINK_BOXED_SYSTEM_PROMPT = ("Think step-by-step inside <think>...</think> tags. "

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from vfrl.environments.cli import env_id, fail, module_name, valid_name
+from vfrl.envs.cli import env_id, fail, module_name, valid_name
 
 PROG = "vf-init"
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
@@ -18,7 +18,7 @@ app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
 def render(name: str) -> dict[str, str]:
     """File name -> text of the new package, from the templates shipped with vfrl."""
     values = {"env_id": env_id(name), "module": module_name(name)}
-    template_dir = files("vfrl.environments.cli") / "template"
+    template_dir = files("vfrl.envs.cli") / "template"
     return {
         "pyproject.toml": Template((template_dir / "pyproject.toml.tmpl").read_text()).substitute(values),
         f"{values['module']}.py": Template((template_dir / "module.py.tmpl").read_text()).substitute(values),

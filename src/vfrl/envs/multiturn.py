@@ -14,11 +14,11 @@ import inspect
 import logging
 from typing import Any
 
-from vfrl.environments.environment import Environment, Messages, Rollout
-from vfrl.environments.faults import is_rejected_request, request_error_text
-from vfrl.environments.messages import Message, messages as as_messages
-from vfrl.environments.rubric import call_with_named_args
-from vfrl.environments.sampling import SequenceError, TurnSampler
+from vfrl.envs.environment import Environment, Messages, Rollout
+from vfrl.envs.faults import is_rejected_request, request_error_text
+from vfrl.envs.messages import Message, messages as as_messages
+from vfrl.envs.rubric import call_with_named_args
+from vfrl.envs.sampling import SequenceError, TurnSampler
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vfrl.environments.environment import Environment, Rollout
+from vfrl.envs.environment import Environment, Rollout
 
 
 class EnvGroup(Environment):

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from vfrl.environments.cli import env_id as to_env_id
-from vfrl.environments.cli import module_name
-from vfrl.environments.loader import ENTRY_POINT_GROUP
+from vfrl.envs.cli import env_id as to_env_id
+from vfrl.envs.cli import module_name
+from vfrl.envs.loader import ENTRY_POINT_GROUP
 
 EVAL_DEFAULTS: dict[str, Any] = {
     "model": None, "api_base_url": "http://127.0.0.1:8000/v1", "api_key_var": "VFRL_API_KEY",

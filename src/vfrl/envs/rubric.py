@@ -20,8 +20,8 @@ import logging
 import math
 from typing import Any, Callable
 
-from vfrl.environments.daemon_pool import DaemonPool
-from vfrl.environments.faults import one_line, time_left
+from vfrl.envs.daemon_pool import DaemonPool
+from vfrl.envs.faults import one_line, time_left
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def call_with_named_args(func: Callable[..., Any], available: dict[str, Any]) ->
 
 class Rubric:
     def __init__(self, funcs: list[RewardFunc] | None = None, weights: list[float] | None = None, parser=None):
-        from vfrl.environments.parsers import Parser  # parsers.py is imported by users first; no cycle then
+        from vfrl.envs.parsers import Parser  # parsers.py is imported by users first; no cycle then
 
         self.funcs = list(funcs or [])
         self.weights = list(weights) if weights is not None else [1.0] * len(self.funcs)

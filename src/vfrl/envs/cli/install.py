@@ -14,8 +14,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from vfrl.environments.cli import fail, module_name
-from vfrl.environments.loader import ENTRY_POINT_GROUP
+from vfrl.envs.cli import fail, module_name
+from vfrl.envs.loader import ENTRY_POINT_GROUP
 
 PROG = "vf-install"
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])

@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from vfrl.environments.parsers import Parser, assistant_texts
-from vfrl.environments.rubric import Rubric
+from vfrl.envs.parsers import Parser, assistant_texts
+from vfrl.envs.rubric import Rubric
 
 DEFAULT_JUDGE_PROMPT = """Given a question, a reference answer and a response, say whether the response is correct.
 

@@ -12,7 +12,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
-from vfrl.environments.rubric import Rubric
+from vfrl.envs.rubric import Rubric
 
 _BOX_OPENERS = ("\\boxed{", "\\fbox{")
 
@@ -125,7 +125,7 @@ class MathRubric(Rubric):
     symbolically), else 0.0. With a `parser`, its `parse_answer(completion)` picks the answer instead."""
 
     def __init__(self, funcs: list | None = None, weights: list[float] | None = None, parser=None):
-        from vfrl.environments.parsers import Parser
+        from vfrl.envs.parsers import Parser
 
         # the default reads the last box, as verifiers' does; an env built with `parser=rubric.parser`
         # (verifiers' gsm8k) then parses answers the same way

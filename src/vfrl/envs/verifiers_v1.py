@@ -31,8 +31,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vfrl.environments.environment import Environment, Rollout
-from vfrl.environments.faults import RolloutFaults, one_line, start_clock, time_left
+from vfrl.envs.environment import Environment, Rollout
+from vfrl.envs.faults import RolloutFaults, one_line, start_clock, time_left
 from vfrl.inference.scale_out import find_uv
 
 API_KEY_VAR = "VFRL_V1_API_KEY"  # verifiers' client reads the key from an environment variable

@@ -21,10 +21,10 @@ import types
 import typing
 from typing import Any, Callable, Literal
 
-from vfrl.environments.daemon_pool import DaemonPool
-from vfrl.environments.environment import Messages
-from vfrl.environments.multiturn import MultiTurnEnv
-from vfrl.environments.sampling import parse_tool_calls
+from vfrl.envs.daemon_pool import DaemonPool
+from vfrl.envs.environment import Messages
+from vfrl.envs.multiturn import MultiTurnEnv
+from vfrl.envs.sampling import parse_tool_calls
 
 # not asyncio.to_thread: a tool that hangs would hold one of the default executor's few threads for good,
 # the trainer's own to_thread calls wait on the same threads, and the rollout time limit abandons it

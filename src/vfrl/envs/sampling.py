@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 import openai
 
-from vfrl.environments.group_request import group_member
+from vfrl.envs.group_request import group_member
 from vfrl.inference.endpoints import server_root
 
 log = logging.getLogger(__name__)

@@ -24,10 +24,10 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from vfrl.environments.cli import fail
-from vfrl.environments.cli.eval_defaults import EVAL_DEFAULTS, read_eval_defaults
-from vfrl.environments.faults import RolloutFaults
-from vfrl.environments.sampling import MissingTokenIds, probe_token_ids
+from vfrl.envs.cli import fail
+from vfrl.envs.cli.eval_defaults import EVAL_DEFAULTS, read_eval_defaults
+from vfrl.envs.faults import RolloutFaults
+from vfrl.envs.sampling import MissingTokenIds, probe_token_ids
 
 PROG = "vf-eval"
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
@@ -188,7 +188,7 @@ def evaluate(
     Against vLLM the rollouts keep their token ids and logprobs; any other OpenAI-compatible server is evaluated on text (see --token-ids).
 
     Defaults can come from \\[tool.vfrl.eval] in the environment's pyproject.toml; flags win."""
-    from vfrl.environments.loader import EnvironmentLoadError, load_environment
+    from vfrl.envs.loader import EnvironmentLoadError, load_environment
 
     try:
         defaults, source = read_eval_defaults(env_id)

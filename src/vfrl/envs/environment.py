@@ -20,13 +20,13 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from vfrl.environments.faults import (
+from vfrl.envs.faults import (
     RolloutFaults, is_rejected_request, one_line, request_error_text, start_clock, time_left,
 )
-from vfrl.environments.group_request import GroupRequest
-from vfrl.environments.messages import messages
-from vfrl.environments.parsers import Parser
-from vfrl.environments.rubric import Rubric
+from vfrl.envs.group_request import GroupRequest
+from vfrl.envs.messages import messages
+from vfrl.envs.parsers import Parser
+from vfrl.envs.rubric import Rubric
 
 Messages = list[dict[str, Any]]
 

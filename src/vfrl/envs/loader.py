@@ -15,9 +15,9 @@ import traceback
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from vfrl.environments.environment import Environment
-from vfrl.environments.faults import one_line
-from vfrl.environments.verifiers_v1 import V1EnvironmentError, is_v1_module
+from vfrl.envs.environment import Environment
+from vfrl.envs.faults import one_line
+from vfrl.envs.verifiers_v1 import V1EnvironmentError, is_v1_module
 
 ENTRY_POINT_GROUP = "vfrl.environments"
 
@@ -52,7 +52,7 @@ def failure(what: str, e: BaseException) -> EnvironmentLoadError:
 
 def load_v1_environment(env_id: str, package: str, env_args: dict) -> Environment:
     """A verifiers 0.4 taskset package, wrapped for vfrl (verifiers_v1.py); `env_args` go to its taskset config."""
-    from vfrl.environments.verifiers_v1 import V1Environment
+    from vfrl.envs.verifiers_v1 import V1Environment
 
     try:
         return V1Environment(env_id, env_args)
@@ -63,7 +63,7 @@ def load_v1_environment(env_id: str, package: str, env_args: dict) -> Environmen
 
 
 def load_environment(env_id: str, **env_args) -> Environment:
-    """`reverse-text` -> the `vfrl.environments` entry point of that name, else module `reverse_text`.
+    """`reverse-text` -> the `vfrl.envs` entry point of that name, else module `reverse_text`.
 
     The target is a `load_environment(**env_args)` function (or a module that has one).
     """
