@@ -4,7 +4,7 @@
 
 Starts `vf-vllm @ configs/rl/quickstart.toml` (the tiny model on the CPU, as the quick start serves it),
 then sends the quick start's batch (16 prompts x 8 samples, <= 16 tokens, logprobs and token ids) both
-ways: 128 chat requests with seeds s .. s+127, and 16 requests with `n = 8` (environments/group_request.py).
+ways: 128 chat requests with seeds s .. s+127, and 16 requests with `n = 8` (src/vfrl/envs/group_request.py).
 Prints the wall time and this client's CPU time per batch, and checks that both ways return the same
 token ids (vLLM draws child j of a request with seed s and n samples with seed s + j).
 """

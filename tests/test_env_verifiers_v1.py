@@ -1,4 +1,4 @@
-"""verifiers 0.4 (`verifiers.v1`) environment packages, trained unchanged (environments/verifiers_v1.py).
+"""verifiers 0.4 (`verifiers.v1`) environment packages, trained unchanged (vfrl/envs/verifiers_v1.py).
 
 tests/v1_pkgs/v1_reverse is a small 0.4 package written only against verifiers' public API. The
 light tests run it in-process against a fake of vLLM's `/inference/v1/generate` (tests/fake_generate.py);

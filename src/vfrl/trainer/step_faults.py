@@ -1,4 +1,4 @@
-"""What a step does with its faulty rollouts (environments/faults.py says which those are).
+"""What a step does with its faulty rollouts (envs/faults.py says which those are).
 
 Every step logs the counts (always the same keys, 0 when nothing went wrong, so curves have no gaps):
 `rollouts_dropped` = `rollouts_rejected` + `rollouts_timed_out`, `rollouts_ended_early` (kept: a
