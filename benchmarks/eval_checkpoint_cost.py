@@ -18,9 +18,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
 
-from conftest import write_config  # noqa: E402
+from vfrl.testing import write_config  # noqa: E402
 from vfrl.launcher.plot import read_metrics  # noqa: E402
 
 

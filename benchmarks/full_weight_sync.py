@@ -24,7 +24,6 @@ import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -33,9 +32,8 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
 
-from conftest import BIN, free_port, write_config  # noqa: E402
+from vfrl.testing import BIN, free_port, write_config  # noqa: E402
 
 API_KEY = "bench"
 

@@ -22,10 +22,9 @@ from pathlib import Path
 import tomli_w
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "tests" / "v1_pkgs"))
+sys.path.insert(0, str(ROOT / "tests" / "v1_pkgs"))  # the workload: the tests' verifiers 0.4 package
 
-from conftest import free_port, vf_vllm  # noqa: E402
+from vfrl.testing import free_port, vf_vllm  # noqa: E402
 
 
 def vfrl_twin():

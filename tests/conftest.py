@@ -1,15 +1,14 @@
 import os
-import socket
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import tomli_w
 
+from vfrl.testing import BIN, free_port, vf_vllm, write_config  # noqa: F401 (the tests import them from here)
+
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 
 
 @pytest.fixture(scope="session")
@@ -27,46 +26,6 @@ def tmux_socket(kind: str, tmp_path: Path) -> str:
     """A tmux socket name no other pytest run on this machine uses at the same time: sockets live in one
     /tmp/tmux-UID/ for all of them, and tmp_path's name (test_x0) repeats from run to run."""
     return f"vfrl-{kind}-{os.getpid()}-{tmp_path.name}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def write_config(path: Path, model: Path, port: int, output_dir: Path, **trainer_args) -> Path:
-    args = {
-        "run_name": "test", "output_dir": str(output_dir), "learning_rate": 2e-3, "rollouts_per_example": 4,
-        "micro_batch_size": 8, "batch_size": 16, "max_steps": 4, "max_tokens": 12, "max_seq_len": 96,
-        "log_completions": False, **trainer_args,
-    }
-    path.write_text(tomli_w.dumps({
-        "model": str(model),
-        "env": {"id": "reverse-text"},
-        "inference": {"port": port, "args": {"dtype": "float32", "max_model_len": 256, "enforce_eager": True}},
-        "trainer": {"args": args},
-    }))
-    return path
-
-
-@contextmanager
-def vf_vllm(config: Path, port: int, api_key: str, log: Path):
-    """A real `vf-vllm @ config` (its own process group) until the block ends; yields the base URL."""
-    from vfrl.grpo import stop_server
-    from vfrl.trainer.trainer import wait_for_server
-
-    pid_file = log.with_name(log.stem + ".pid")
-    pid_file.unlink(missing_ok=True)  # a stale one names a dead server: wait_for_server would give up at once
-    with open(log, "w") as out:
-        proc = subprocess.Popen([str(BIN / "vf-vllm"), "@", str(config), "--pid-file", str(pid_file)],
-                                env={**os.environ, "VFRL_API_KEY": api_key, "CUDA_VISIBLE_DEVICES": ""},
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            wait_for_server(f"http://127.0.0.1:{port}/v1", timeout=300, inference_pid_file=pid_file)
-            yield f"http://127.0.0.1:{port}/v1"
-        finally:
-            stop_server(proc)  # the Python API's own stop: the group, SIGKILL after 60 s
 
 
 def max_logprob_gap(model, rollouts) -> float:
