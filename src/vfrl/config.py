@@ -149,7 +149,7 @@ class TrainerArgs(Strict):
     weight_decay: float = Field(0.0, ge=0)
     bf16: bool = False
     gradient_checkpointing: bool = False
-    # ---- algorithm: advantages, loss, masking (issue 5; see trainer/loss.py, normalization.py, batch.py) ----
+    # ---- algorithm: advantages, loss, masking (see trainer/loss.py, normalization.py, batch.py) ----
     loss_type: Literal["ratio_mask", "ppo_clip", "gspo"] = Field(
         "ratio_mask", description="Policy loss: token ratio masking, PPO clipping, or GSPO's sequence ratio.")
     loss_normalization: Literal["dapo", "dr_grpo", "grpo"] = Field(
@@ -217,7 +217,7 @@ class TrainerArgs(Strict):
     save_steps: int = Field(50, ge=1)
     eval_strategy: Literal["no", "steps"] = "no"
     eval_steps: int = Field(50, ge=1)
-    # ---- checkpoint / resume, eval during training, monitoring (issue 5) ----
+    # ---- checkpoint / resume, eval during training, monitoring ----
     keep_last: int | None = Field(None, ge=1, description="Keep only the newest N checkpoints; unset keeps all.")
     resume_from: str | None = Field(None, description="Checkpoint dir to resume from (`vf-rl --resume` sets it).")
     num_eval_examples: int = Field(64, ge=1, description="Eval examples (env.eval_dataset, else held out of dataset).")

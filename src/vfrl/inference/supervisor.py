@@ -1,7 +1,7 @@
 """vf-vllm's watch over the vLLM server: run it as a child, pass signals on, leave nothing behind.
 
 vLLM's API server starts an engine core process, which starts workers. When the API server dies
-without its own shutdown (kill -9, a crash), those children can live on (2.7 GB, seen in issue 9),
+without its own shutdown (kill -9, a crash), those children can live on (2.7 GB of them, seen),
 holding the pane's log pipe open: the inference pane never ends, its exit code is never recorded and
 `vf-rl status` keeps saying "running". So the server runs in a process group of its own, signals sent
 to vf-vllm are passed to that group, and however the server ends, every process still in its group

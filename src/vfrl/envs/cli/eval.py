@@ -17,6 +17,7 @@ import json
 import os
 import statistics
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
@@ -188,15 +189,39 @@ def evaluate(
     Against vLLM the rollouts keep their token ids and logprobs; any other OpenAI-compatible server is evaluated on text (see --token-ids).
 
     Defaults can come from \\[tool.vfrl.eval] in the environment's pyproject.toml; flags win."""
-    from vfrl.envs.loader import EnvironmentLoadError, load_environment
+    given = {"model": model, "api_base_url": api_base_url, "api_key_var": api_key_var, "num_examples": num_examples,
+             "rollouts_per_example": rollouts_per_example, "max_concurrent": max_concurrent, "max_tokens": max_tokens,
+             "temperature": temperature}
+    job = resolve_job(env_id, given, env_args, sampling_args, output, token_ids)
+    env = load_eval_environment(job)
+    try:
+        asyncio.run(run_job(job, env))
+    except KeyboardInterrupt:
+        typer.echo(f"{PROG}: interrupted; groups finished before that are kept in results.jsonl (no metadata.json)", err=True)
+        raise typer.Exit(130) from None
 
+
+@dataclass
+class EvalJob:
+    """What one vf-eval does: flags over [tool.vfrl.eval] defaults over vf-eval's own (docs/environments.md)."""
+    env_id: str
+    env_args: dict[str, Any]
+    opts: dict[str, Any]  # model, api_base_url, api_key_var, num_examples, rollouts_per_example, max_concurrent, ...
+    sampling: dict[str, Any]
+    api_key: str
+    source: Path | None  # the pyproject.toml the defaults came from
+    output: Path | None
+    token_ids: TokenIds
+    split: str = "train"
+    n: int = 0  # examples to evaluate, known once the environment is loaded
+
+
+def resolve_job(env_id: str, given: dict[str, Any], env_args: str | None, sampling_args: str | None,
+                output: Path | None, token_ids: TokenIds) -> EvalJob:
     try:
         defaults, source = read_eval_defaults(env_id)
     except ValueError as e:
         fail(PROG, str(e))
-    given = {"model": model, "api_base_url": api_base_url, "api_key_var": api_key_var, "num_examples": num_examples,
-             "rollouts_per_example": rollouts_per_example, "max_concurrent": max_concurrent, "max_tokens": max_tokens,
-             "temperature": temperature}
     opts = {**EVAL_DEFAULTS, **defaults, **{k: v for k, v in given.items() if v is not None}}
     args = {**defaults.get("env_args", {}), **parse_json_object(env_args, "-a/--env-args")}
     sampling = {**defaults.get("sampling_args", {}), **parse_json_object(sampling_args, "-S/--sampling-args")}
@@ -205,65 +230,45 @@ def evaluate(
             sampling[key] = opts[key]
     if opts["rollouts_per_example"] < 1 or opts["max_concurrent"] < 1 or opts["num_examples"] == 0:
         fail(PROG, "-n must be -1 or positive, -r and -c at least 1")
+    key_var = opts["api_key_var"]
+    api_key = os.environ.get(key_var)
+    if api_key is None:
+        if given["api_key_var"] is not None:  # asked for by name: it must be there
+            fail(PROG, f"${key_var} is not set; export it or pass -k with the variable that holds the API key")
+        api_key = "EMPTY"
+    return EvalJob(env_id, args, opts, sampling, api_key, source, output, token_ids)
+
+
+def load_eval_environment(job: EvalJob):
+    """The environment, and which split and how many examples of it the job evaluates (eval split if it has one)."""
+    from vfrl.envs.loader import EnvironmentLoadError, load_environment
 
     try:
-        env = load_environment(env_id, **args)
+        env = load_environment(job.env_id, **job.env_args)
     except EnvironmentLoadError as e:  # one line: the package and the error (args refused, a raise, not an env)
         fail(PROG, str(e))
     data = env.eval_dataset if env.eval_dataset is not None else env.dataset
-    split = "eval" if env.eval_dataset is not None else "train"
-    n = len(data) if opts["num_examples"] < 0 else min(opts["num_examples"], len(data))
-
-    base_url, key_var = opts["api_base_url"], opts["api_key_var"]
-    api_key = os.environ.get(key_var)
-    if api_key is None:
-        if api_key_var is not None:  # asked for by name: it must be there
-            fail(PROG, f"${key_var} is not set; export it or pass -k with the variable that holds the API key")
-        api_key = "EMPTY"
-    try:
-        asyncio.run(_run(env, env_id, args, opts, sampling, base_url, key_var, api_key, n, split, source, output,
-                         token_ids))
-    except KeyboardInterrupt:
-        typer.echo(f"{PROG}: interrupted; groups finished before that are kept in results.jsonl (no metadata.json)", err=True)
-        raise typer.Exit(130) from None
+    job.split = "eval" if env.eval_dataset is not None else "train"
+    job.n = len(data) if job.opts["num_examples"] < 0 else min(job.opts["num_examples"], len(data))
+    return env
 
 
-async def _run(env, env_id, env_args, opts, sampling, base_url, key_var, api_key, n, split, source, output,
-               token_ids: TokenIds = TokenIds.auto) -> None:
+async def run_job(job: EvalJob, env) -> None:
+    """Ask the server, sample every rollout into results.jsonl, then write metadata.json and print the summary."""
     from openai import AsyncOpenAI
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    client = AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=1)
-    model = opts["model"]
-    out = None
+    base_url, key_var = job.opts["api_base_url"], job.opts["api_key_var"]
+    client = AsyncOpenAI(base_url=base_url, api_key=job.api_key, max_retries=1)
+    model, out = job.opts["model"], None
     try:
-        served = await served_models(client)  # also tells early that the server is there
-        if model is None:
-            if not served:
-                fail(PROG, f"{base_url} serves no model; pass -m MODEL")
-            model = served[0]
-            typer.echo(f"{PROG}: model {model} (the first the server lists; -m to choose)")
-        elif served and model not in served:
-            fail(PROG, f"model '{model}' is not served at {base_url}; it serves: {', '.join(served[:5])}")
-        out = output or output_dir(env_id, model)
+        model = await pick_model(client, model, base_url)
+        out = job.output or output_dir(job.env_id, model)
         if (out / "results.jsonl").exists():
             fail(PROG, f"{out / 'results.jsonl'} already exists; pass another -o folder (vf-eval never overwrites results)")
-        record_tokens = await choose_token_mode(client, model, token_ids, base_url)
+        record_tokens = await choose_token_mode(client, model, job.token_ids, base_url)
         out.mkdir(parents=True, exist_ok=True)
-        r = opts["rollouts_per_example"]
-        typer.echo(f"{PROG}: {env_id} ({split} split): {n} examples x {r} rollouts against {base_url}")
         t0 = time.time()
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), TimeRemainingColumn()) as progress:
-            bar = progress.add_task(env_id, total=n * r)
-            faults = RolloutFaults()
-            rollouts = await run_eval(env, client, model, n, r, sampling, opts["max_concurrent"],
-                                      out / "results.jsonl", lambda k: progress.advance(bar, k), record_tokens, faults)
-        if faults.total:
-            what = f"{faults.total} of {n * r} rollouts dropped: {faults.describe()}"
-            if not rollouts:
-                fail(PROG, f"all {what}")
-            typer.echo(f"{PROG}: {what}", err=True)
+        rollouts, faults = await sample_with_progress(job, env, client, model, out / "results.jsonl", record_tokens)
     except BaseException as e:  # also Ctrl-C: no empty results file left behind
         if out is not None:
             _remove_if_empty(out / "results.jsonl")
@@ -277,20 +282,57 @@ async def _run(env, env_id, env_args, opts, sampling, base_url, key_var, api_key
         if hasattr(env, "aclose"):  # a verifiers 0.4 environment's serving resources (verifiers_v1.py)
             await env.aclose()
         await client.close()
-
     summary = summarize(rollouts)
-    metadata = {
-        "env_id": env_id, "env_args": env_args, "model": model, "base_url": base_url, "split": split,
-        "num_examples": n, "rollouts_per_example": r, "num_rollouts": len(rollouts),
-        "rollouts_dropped": dict(faults.dropped), "sampling_args": sampling,
-        "max_concurrent": opts["max_concurrent"], "token_ids": record_tokens,
-        "defaults_from": str(source) if source else None,
-        **summary, "duration_s": round(time.time() - t0, 3),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "vfrl_version": _vfrl_version(),
-    }
-    (out / "metadata.json").write_text(json.dumps(metadata, indent=2, default=str) + "\n")
+    write_metadata(out / "metadata.json", job, model, rollouts, faults, record_tokens, summary, time.time() - t0)
     print_summary(summary, len(rollouts))
     typer.echo(f"{PROG}: reward mean {summary['reward']['mean']:.4f}; wrote {out}/results.jsonl and metadata.json")
+
+
+async def pick_model(client, model: str | None, base_url: str) -> str:
+    """-m, checked against what the server lists (which also tells early that it is there); else its first."""
+    served = await served_models(client)
+    if model is None:
+        if not served:
+            fail(PROG, f"{base_url} serves no model; pass -m MODEL")
+        typer.echo(f"{PROG}: model {served[0]} (the first the server lists; -m to choose)")
+        return served[0]
+    if served and model not in served:
+        fail(PROG, f"model '{model}' is not served at {base_url}; it serves: {', '.join(served[:5])}")
+    return model
+
+
+async def sample_with_progress(job: EvalJob, env, client, model: str, results: Path, record_tokens: bool):
+    """Every rollout, with a progress bar; faulty ones dropped and counted (all dropped: one line, exit 2)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    n, r = job.n, job.opts["rollouts_per_example"]
+    typer.echo(f"{PROG}: {job.env_id} ({job.split} split): {n} examples x {r} rollouts against {job.opts['api_base_url']}")
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TimeRemainingColumn()) as progress:
+        bar = progress.add_task(job.env_id, total=n * r)
+        faults = RolloutFaults()
+        rollouts = await run_eval(env, client, model, n, r, job.sampling, job.opts["max_concurrent"], results,
+                                  lambda k: progress.advance(bar, k), record_tokens, faults)
+    if faults.total:
+        what = f"{faults.total} of {n * r} rollouts dropped: {faults.describe()}"
+        if not rollouts:
+            fail(PROG, f"all {what}")
+        typer.echo(f"{PROG}: {what}", err=True)
+    return rollouts, faults
+
+
+def write_metadata(path: Path, job: EvalJob, model: str, rollouts: list, faults: RolloutFaults, record_tokens: bool,
+                   summary: dict[str, Any], duration_s: float) -> None:
+    metadata = {
+        "env_id": job.env_id, "env_args": job.env_args, "model": model, "base_url": job.opts["api_base_url"],
+        "split": job.split, "num_examples": job.n, "rollouts_per_example": job.opts["rollouts_per_example"],
+        "num_rollouts": len(rollouts), "rollouts_dropped": dict(faults.dropped), "sampling_args": job.sampling,
+        "max_concurrent": job.opts["max_concurrent"], "token_ids": record_tokens,
+        "defaults_from": str(job.source) if job.source else None,
+        **summary, "duration_s": round(duration_s, 3),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "vfrl_version": _vfrl_version(),
+    }
+    path.write_text(json.dumps(metadata, indent=2, default=str) + "\n")
 
 
 def _remove_if_empty(results: Path) -> None:
