@@ -107,3 +107,64 @@ def test_the_guides_script_trains_for_real(tmp_path, tiny_model):
     assert not Path(f"/proc/{pid}").exists(), "vf-vllm still running after the script ended"
     left = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True).stdout.split()
     assert left == [], left
+
+
+LAUNCHED_SCRIPT = """
+    import os
+
+    import vfrl as vf
+
+    env = vf.load_environment("reverse-text")
+    model, tokenizer = vf.get_model_and_tokenizer({model!r})
+    args = vf.grpo_defaults(run_name="script", output_dir="outputs")
+    args.max_steps = 3
+    args.per_device_train_batch_size = 4  # x 2 processes: 8 rollouts a step (TRL's count)
+    args.num_generations = 4
+    args.gradient_accumulation_steps = 1
+    args.max_completion_length = 8
+    trainer = vf.GRPOTrainer(model=model, processing_class=tokenizer, env=env, args=args,
+                             peft_config=vf.lora_defaults(),
+                             inference={{"args": {{"dtype": "float32", "max_model_len": 256, "enforce_eager": True}}}})
+    before = trainer.evaluate()
+    trainer.train()
+    after = trainer.evaluate()
+    trainer.save_model("saved-adapter")
+    rank = os.environ["RANK"]
+    print("RANK", rank, "TRAINED")
+    if rank == "0":
+        print("RANK 0 EVAL", before["eval/num_rollouts"], after["eval/num_rollouts"])
+    else:
+        print("RANK", rank, "EVAL", before, after)
+"""
+
+
+@pytest.mark.e2e
+def test_the_script_under_accelerate_launch_trains_with_two_processes(tmp_path, tiny_model):
+    """`accelerate launch --num-processes 2 train.py` on the CPU (gloo), as vf-rl launches vf-train: process 0
+    starts the one vf-vllm and hands the plan to process 1; both train every step (rank 0 alone samples), and
+    the run is the same as one process's: one metrics line per step, one console, each adapter loaded once."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(LAUNCHED_SCRIPT.format(model=str(tiny_model))))
+    accelerate = str(Path(sys.executable).parent / "accelerate")
+    launch = [accelerate, "launch", "--multi-gpu", "--num-processes", "2", "--num-machines", "1", "--mixed-precision",
+              "no", "--dynamo-backend", "no", "--main-process-port", "0", str(script)]
+    env = {**__import__("os").environ, "CUDA_VISIBLE_DEVICES": "", "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(launch, capture_output=True, text=True, cwd=tmp_path, timeout=900, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # process 0 evaluated (64 rollouts before and after); process 1 got {} from evaluate()
+    assert "RANK 0 EVAL 64.0 64.0" in done.stdout and "RANK 1 EVAL {} {}" in done.stdout
+    assert "RANK 1 TRAINED" in done.stdout  # process 1 came back from train() too
+    run_dirs = sorted((tmp_path / "outputs").iterdir())
+    assert [d.name for d in run_dirs] == ["script"]  # one run directory, made by process 0
+    run_dir = run_dirs[0]
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics if "loss" in m] == [1, 2, 3]  # written once, by process 0
+    assert len((run_dir / "rollouts" / "step_3.jsonl").read_text().splitlines()) == 8  # 4 per process x 2
+    server_log = (run_dir / "logs" / "inference.log").read_text()
+    assert server_log.count("Started server process") == 1
+    for version in range(4):
+        assert server_log.count(f"Loaded new LoRA adapter: name 'policy-{version}'") == 1, version
+    assert done.stdout.count("step 3/3 | reward") == 1  # one console
+    assert (tmp_path / "saved-adapter" / "adapter_config.json").exists()
+    left = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True).stdout.split()
+    assert left == [], left

@@ -110,7 +110,7 @@ def rl_config(model: Any, env: Any, args: GRPOArgs, peft_config: Any = None, inf
 
     from vfrl.launcher.config_errors import describe
 
-    trainer_args = args.trainer_args()
+    trainer_args = args.trainer_args(processes=launched_rank()[1])  # under accelerate launch: every process
     trainer_args["use_lora"] = peft_config is not None  # the guide: LoRA when a peft_config is given
     if peft_config is not None:
         targets = peft_config.target_modules
@@ -146,7 +146,24 @@ class GRPOTrainer:
 
     def _serve(self):
         """The run's plan and a server to sample from: the named one, or vf-vllm started once for this trainer
-        (kept for later train()/evaluate() calls, stopped by close(), at the end of a `with` block or at exit)."""
+        (kept for later train()/evaluate() calls, stopped by close(), at the end of a `with` block or at exit).
+        Under `accelerate launch --num-processes N script.py` process 0 does this and hands the plan, the URL
+        and the key to the others, as vf-rl hands one config to every vf-train rank."""
+        rank, world = launched_rank()
+        if world > 1 and self.plan is None:
+            from accelerate import PartialState
+            from torch import distributed as dist
+
+            PartialState()  # the launcher's process group (RLTrainer's Accelerator joins the same one)
+            box = [self._serve_here() if rank == 0 else None, self.url, self.api_key]
+            dist.broadcast_object_list(box, src=0)
+            self.plan, self.url, self.api_key = box
+            return self.plan
+        if rank > 0:  # the plan is known; only process 0 has a server
+            return self.plan
+        return self._serve_here()
+
+    def _serve_here(self):
         from vfrl.launcher.cli import free_port, new_run_dir
         from vfrl.launcher.plan import detect_machine, make_plan
         from vfrl.run_dir import RunDir
@@ -182,10 +199,10 @@ class GRPOTrainer:
         plan = self._serve()
         try:
             threads = plan.trainer.env.get("OMP_NUM_THREADS")
-            if threads:  # the trainer's share of the CPU cores, as its pane would get it
+            if threads:  # the trainer's share of the CPU cores, as its pane would get it, split over its processes
                 import torch
 
-                torch.set_num_threads(int(threads))
+                torch.set_num_threads(max(1, int(threads) // launched_rank()[1]))
             self.trainer = RLTrainer(plan.config, plan.run_dir, self.url, self.api_key, env=self.env)
             self.trainer.train()
         except TrainingStopped as e:
@@ -199,7 +216,8 @@ class GRPOTrainer:
         runs it: `num_eval_examples` examples x `eval_rollouts_per_example`, the same seeds every time.
         Eval rows: env.eval_dataset; else the rows held out of training (eval_strategy = "steps"); else the
         last `num_eval_examples` rows of env.dataset, which training also samples. Also appended to
-        metrics.jsonl as an eval line of the steps trained so far."""
+        metrics.jsonl as an eval line of the steps trained so far. Under `accelerate launch` process 0
+        evaluates (it alone talks to vLLM, as in training); the other processes get {}."""
         from openai import AsyncOpenAI
 
         from vfrl.envs import load_environment
@@ -210,6 +228,8 @@ class GRPOTrainer:
         from vfrl.trainer.trainer import wait_for_server
 
         plan = self._serve()
+        if launched_rank()[0] > 0:
+            return {}
         cfg = plan.config
         try:
             wait_for_server(self.url, 900, RunDir(plan.run_dir).inference_pid if self.server is not None else None)
@@ -252,7 +272,13 @@ class GRPOTrainer:
         """The trained adapter (use_lora) or model, as save_pretrained writes it."""
         if self.trainer is None:
             raise RuntimeError("save_model() saves what train() trained: call train() first")
-        self.trainer.accelerator.unwrap_model(self.trainer.model).save_pretrained(str(path))
+        if self.trainer.ranks.is_main:  # every process holds the same weights; one writes them
+            self.trainer.accelerator.unwrap_model(self.trainer.model).save_pretrained(str(path))
+
+
+def launched_rank() -> tuple[int, int]:
+    """(this process's rank, how many processes) as `accelerate launch` / torchrun set them; (0, 1) alone."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def start_server(plan, paths) -> tuple[subprocess.Popen, str, str]:
