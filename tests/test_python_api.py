@@ -56,20 +56,23 @@ def test_an_unknown_name_is_one_line_with_a_suggestion():
         grpo_defaults().num_generation = 8
 
 
-SCRIPT = """
+# the guide's set-up, per_device_train_batch_size left to fill: 8 rollouts a step in both scripts below
+SETUP = """
     import vfrl as vf
 
     env = vf.load_environment("reverse-text")
     model, tokenizer = vf.get_model_and_tokenizer({model!r})
     args = vf.grpo_defaults(run_name="script", output_dir="outputs")
     args.max_steps = 3
-    args.per_device_train_batch_size = 8
+    args.per_device_train_batch_size = {per_device}
     args.num_generations = 4
     args.gradient_accumulation_steps = 1
     args.max_completion_length = 8
     trainer = vf.GRPOTrainer(model=model, processing_class=tokenizer, env=env, args=args,
                              peft_config=vf.lora_defaults(),
                              inference={{"args": {{"dtype": "float32", "max_model_len": 256, "enforce_eager": True}}}})
+"""
+SCRIPT = SETUP + """
     before = trainer.evaluate()  # the baseline, as the seeds advise; starts vf-vllm
     run_dir = trainer.train()  # on the same server
     after = trainer.evaluate()  # the trained policy
@@ -86,7 +89,7 @@ def test_the_guides_script_trains_for_real(tmp_path, tiny_model):
     the training and an eval of the trained policy, stopped when the script ends; an adapter loaded each
     step, the same metrics and run directory as vf-rl's, nothing left running."""
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent(SCRIPT.format(model=str(tiny_model))))
+    script.write_text(textwrap.dedent(SCRIPT.format(model=str(tiny_model), per_device=8)))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=900,
                           env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": ""})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -109,22 +112,9 @@ def test_the_guides_script_trains_for_real(tmp_path, tiny_model):
     assert left == [], left
 
 
-LAUNCHED_SCRIPT = """
+LAUNCHED_SCRIPT = SETUP + """
     import os
 
-    import vfrl as vf
-
-    env = vf.load_environment("reverse-text")
-    model, tokenizer = vf.get_model_and_tokenizer({model!r})
-    args = vf.grpo_defaults(run_name="script", output_dir="outputs")
-    args.max_steps = 3
-    args.per_device_train_batch_size = 4  # x 2 processes: 8 rollouts a step (TRL's count)
-    args.num_generations = 4
-    args.gradient_accumulation_steps = 1
-    args.max_completion_length = 8
-    trainer = vf.GRPOTrainer(model=model, processing_class=tokenizer, env=env, args=args,
-                             peft_config=vf.lora_defaults(),
-                             inference={{"args": {{"dtype": "float32", "max_model_len": 256, "enforce_eager": True}}}})
     before = trainer.evaluate()
     trainer.train()
     after = trainer.evaluate()
@@ -144,7 +134,7 @@ def test_the_script_under_accelerate_launch_trains_with_two_processes(tmp_path, 
     starts the one vf-vllm and hands the plan to process 1; both train every step (rank 0 alone samples), and
     the run is the same as one process's: one metrics line per step, one console, each adapter loaded once."""
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent(LAUNCHED_SCRIPT.format(model=str(tiny_model))))
+    script.write_text(textwrap.dedent(LAUNCHED_SCRIPT.format(model=str(tiny_model), per_device=4)))  # x 2 processes
     accelerate = str(Path(sys.executable).parent / "accelerate")
     launch = [accelerate, "launch", "--multi-gpu", "--num-processes", "2", "--num-machines", "1", "--mixed-precision",
               "no", "--dynamo-backend", "no", "--main-process-port", "0", str(script)]

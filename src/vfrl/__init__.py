@@ -13,8 +13,8 @@ if TYPE_CHECKING:
     )
 
 __version__ = "0.1.0"
-__all__ = [
-    "RLConfig", "load_config",
+# what vfrl.envs exports (its __all__ is this list): named here too, so `import vfrl` stays light
+ENVIRONMENT_NAMES = [
     "Environment", "Rollout", "SingleTurnEnv", "MultiTurnEnv", "ToolEnv", "StatefulToolEnv", "EnvGroup",
     "Rubric", "RubricGroup", "JudgeRubric", "MathRubric", "extract_boxed_answer",
     "Parser", "XMLParser", "ThinkParser", "load_environment",
@@ -22,6 +22,9 @@ __all__ = [
     "stop", "State", "Messages", "Message", "SystemMessage", "UserMessage", "AssistantMessage", "ToolMessage",
     "ToolCall", "DatasetBuildError", "load_example_dataset", "extract_hash_answer", "BOXED_SYSTEM_PROMPT",
     "THINK_BOXED_SYSTEM_PROMPT", "ReasoningGymEnv", "TextArenaEnv", "PythonEnv", "SandboxEnv", "BrowserEnv",
+]
+__all__ = [
+    "RLConfig", "load_config", *ENVIRONMENT_NAMES,
     # training from a script, with the names of verifiers' GRPOTrainer guide (docs/python_api.md)
     "GRPOTrainer", "grpo_defaults", "lora_defaults", "get_model_and_tokenizer",
 ]

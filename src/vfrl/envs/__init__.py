@@ -3,6 +3,7 @@ env_group.py), scoring (rubric.py, parsers.py), loading a package by id (loader.
 (sampling.py), and the vf-init / vf-install / vf-eval commands (cli/). The folder is named as verifiers names
 its own (`verifiers.envs`), so `vf.envs.integrations` and friends resolve the same way."""
 
+from vfrl import ENVIRONMENT_NAMES
 from vfrl.envs.classic import (
     BOXED_SYSTEM_PROMPT, THINK_BOXED_SYSTEM_PROMPT, BrowserEnv, PythonEnv, ReasoningGymEnv, SandboxEnv, TextArenaEnv,
     extract_hash_answer, load_example_dataset,
@@ -20,12 +21,4 @@ from vfrl.envs.parsers import Parser, ThinkParser, XMLParser
 from vfrl.envs.rubric import Rubric, RubricGroup
 from vfrl.envs.tools import StatefulToolEnv, ToolEnv
 
-__all__ = [
-    "Environment", "Rollout", "SingleTurnEnv", "MultiTurnEnv", "ToolEnv", "StatefulToolEnv", "EnvGroup",
-    "Rubric", "RubricGroup", "JudgeRubric", "MathRubric", "extract_boxed_answer",
-    "Parser", "XMLParser", "ThinkParser", "load_environment",
-    # verifiers' classic API names (docs/environments.md, "Porting from verifiers")
-    "stop", "State", "Messages", "Message", "SystemMessage", "UserMessage", "AssistantMessage", "ToolMessage",
-    "ToolCall", "DatasetBuildError", "load_example_dataset", "extract_hash_answer", "BOXED_SYSTEM_PROMPT",
-    "THINK_BOXED_SYSTEM_PROMPT", "ReasoningGymEnv", "TextArenaEnv", "PythonEnv", "SandboxEnv", "BrowserEnv",
-]
+__all__ = list(ENVIRONMENT_NAMES)  # vfrl/__init__.py lists them
