@@ -216,6 +216,24 @@ def test_exit_process_waits_for_threads_about_to_finish(tmp_path):
     assert done.returncode == 3 and done.stdout == "atexit ran\n", done.stderr
 
 
+def test_a_trainer_with_several_ranks_leaves_without_tearing_anything_down(tmp_path):
+    """vf-train with several ranks exits with os._exit (trainer/cli.py KEPT): freeing its DDP model can deadlock
+    in gloo's teardown. What it printed still arrives; nothing is torn down (no atexit hook runs)."""
+    done = run_script(
+        tmp_path,
+        "import atexit\n"
+        "from types import SimpleNamespace\n"
+        "from vfrl.trainer import cli\n"
+        "atexit.register(lambda: print('atexit ran'))\n"
+        "cli.KEPT.append(SimpleNamespace(ranks=SimpleNamespace(world_size=2)))\n"
+        "def app():\n"
+        "    print('trained', end='')\n"
+        "    raise SystemExit(0)  # as typer's app ends\n"
+        "cli.app = app\n"
+        "cli.main()\n")
+    assert done.returncode == 0 and done.stdout == "trained", (done.stdout, done.stderr)
+
+
 # ---- row 1: the per-rollout time limit ----
 
 def test_a_stalled_rollout_is_dropped_at_its_time_limit_and_its_group_goes_on():

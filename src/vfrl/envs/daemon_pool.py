@@ -93,9 +93,10 @@ def wait_for_daemon_threads(timeout: float) -> bool:
     return True
 
 
-def exit_process(code: int, grace: float = 5.0) -> None:
-    """sys.exit(code), or os._exit(code) (no atexit hooks, no abort) when a pool thread is still running."""
-    if not wait_for_daemon_threads(grace):
+def exit_process(code: int, grace: float = 5.0, hard: bool = False) -> None:
+    """sys.exit(code), or os._exit(code) (no atexit hooks, no abort) when a pool thread is still running or
+    the caller asks (`hard`: objects whose teardown must not run)."""
+    if not wait_for_daemon_threads(grace) or hard:
         sys.stdout.flush(), sys.stderr.flush()
         os._exit(code)
     sys.exit(code)

@@ -58,7 +58,16 @@ def run(config_path: Path, run_dir: Path, base_url: str | None) -> None:
     hf_logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bar, every sync and checkpoint
     cfg = load_config(config_path)
     # the pane's VFRL_API_KEY: the key vf-rl made for its server, or inference.api_key_var's for a remote one
-    RLTrainer(cfg, run_dir, base_url or cfg.inference.url, os.environ.get(API_KEY_ENV, "EMPTY")).train()
+    trainer = RLTrainer(cfg, run_dir, base_url or cfg.inference.url, os.environ.get(API_KEY_ENV, "EMPTY"))
+    KEPT.append(trainer)
+    trainer.train()
+
+
+# The trainer of this process, kept until it exits. With several ranks its DDP model holds the gloo process
+# group, and freeing it can deadlock: the group's destructor joins gloo's worker thread while holding the
+# GIL, and that thread may still be freeing the last collective's tensors, which needs the GIL (seen in CI:
+# rank 1 of a 2-node run hung there after its last step). Such a process leaves with os._exit instead.
+KEPT: list = []
 
 
 def main() -> None:
@@ -68,4 +77,6 @@ def main() -> None:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     from vfrl.envs.daemon_pool import exit_process
 
-    exit_process(code)  # a thread still in a reward function, a tool or a vLLM call must not abort the exit
+    several_ranks = any(t.ranks.world_size > 1 for t in KEPT)
+    # a thread still in a reward function, a tool or a vLLM call must not abort the exit either
+    exit_process(code, hard=several_ranks)
