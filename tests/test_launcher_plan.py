@@ -133,10 +133,12 @@ def test_without_gpu_the_cores_are_split(tmp_path):
     plan = make_plan(cfg(), tmp_path, "s", Machine(0, 8), tmp_path)
     assert plan.device == "cpu"
     assert plan.inference.env == {"CUDA_VISIBLE_DEVICES": "", "VLLM_CPU_OMP_THREADS_BIND": "0-3"}
-    assert plan.trainer.env == {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "4"}
+    # the trainer's cores: the rest (vf-train pins itself there, vf-vllm to vLLM's: vfrl/cpu_cores.py)
+    assert plan.trainer.env == {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "4", "VFRL_TRAINER_CORES": "4-7"}
     assert plan.trainer.command[0].endswith("vf-train")
     two = make_plan(cfg(), tmp_path, "s", Machine(0, 2), tmp_path)
     assert two.inference.env["VLLM_CPU_OMP_THREADS_BIND"] == "0" and two.trainer.env["OMP_NUM_THREADS"] == "1"
+    assert two.trainer.env["VFRL_TRAINER_CORES"] == "1"
 
 
 # ---- the user's CUDA_VISIBLE_DEVICES ----

@@ -198,6 +198,9 @@ class GRPOTrainer:
 
         plan = self._serve()
         try:
+            from vfrl.cpu_cores import TRAINER_CORES_ENV, pin
+
+            pin(plan.trainer.env.get(TRAINER_CORES_ENV))  # no GPU: off vLLM's cores, as vf-train keeps (cpu_cores.py)
             threads = plan.trainer.env.get("OMP_NUM_THREADS")
             if threads:  # the trainer's share of the CPU cores, as its pane would get it, split over its processes
                 import torch

@@ -32,6 +32,7 @@ from typing import Mapping, Sequence
 
 from vfrl.bundle import bundled
 from vfrl.config import ACCELERATE_CONFIGS, SHARED_UTILIZATION_UNKNOWN_SIZE, RLConfig
+from vfrl.cpu_cores import TRAINER_CORES_ENV
 from vfrl.launcher.memory import CUDA_CONTEXT, Need, find_model_config, gib, model_shape, trainer_need, vllm_need
 from vfrl.launcher.pane_env import source_line
 from vfrl.launcher.procs import MARKER
@@ -338,6 +339,9 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
         inf_env["VLLM_CPU_OMP_THREADS_BIND"] = f"{cores[0]}-{cores[-1]}" if len(cores) > 1 else str(cores[0])
         tr_env["CUDA_VISIBLE_DEVICES"] = ""
         tr_env["OMP_NUM_THREADS"] = str(machine.cpus if remote else trainer_threads)
+        if not remote and machine.cpus > 1:  # the cores vLLM does not use (cpu_cores.py)
+            rest = range(len(cores), machine.cpus)
+            tr_env[TRAINER_CORES_ENV] = f"{rest[0]}-{rest[-1]}" if len(rest) > 1 else str(rest[0])
     inf_cmd = [console_script("vf-vllm"), "@", str(config_file), "--pid-file", str(paths.inference_pid)]
     processes = len(tr_dev) or cfg.trainer.processes or 1  # trainer GPUs, else trainer.processes CPU processes
     if cfg.trainer.nodes > 1 and cfg.trainer.main_address is None:

@@ -27,6 +27,9 @@ def train(
     if at != "@":
         raise typer.BadParameter("usage: vf-train @ CONFIG")
     run_dir = config_path.resolve().parent
+    from vfrl.cpu_cores import TRAINER_CORES_ENV, pin
+
+    pin(os.environ.get(TRAINER_CORES_ENV))  # no GPU: the cores vLLM does not use (cpu_cores.py)
     # SIGTERM (Slurm's scancel, a job's time limit) is a stop like Ctrl-C: the step is finished or dropped, the
     # adapters on disk stay whole, and the exit code says interrupted
     signal.signal(signal.SIGTERM, signal.default_int_handler)
