@@ -6,7 +6,8 @@ ENV_DIR is the `environments/` folder of verifiers' last commit with the classic
 from github.com/PrimeIntellect-ai/verifiers; nothing of it is kept here). Each package folder that has
 `<name>/<name>.py` is copied to a temp dir, `verifiers` is swapped for `vfrl` in its imports, and in
 a subprocess of its own (offline: HF_HUB_OFFLINE=1) it is imported and `load_environment()` is
-called. A package that loads is then scored on fixed rollouts (below), whose expected rewards are
+called. With --unchanged nothing is swapped: the package is loaded as it is written, by
+`vfrl.load_environment(name)` (as vf-train loads it). A package that loads is then scored on fixed rollouts (below), whose expected rewards are
 what verifiers' code gives them; judge models are answered by a fake OpenAI client. Its datasets
 are built too, to tell which need the network.
 
@@ -107,12 +108,18 @@ openai.AsyncOpenAI = _Judge
 def line(e):
     return (type(e).__name__ + ": " + " ".join(str(e).split()))[:300]
 
-name, kwargs, cases = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+name, kwargs, cases, unchanged = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4] == "1"
 try:
     import importlib
-    mod = importlib.import_module(name)
-    env = mod.load_environment(**kwargs)
     import vfrl
+    if unchanged:  # as vf-train loads it: vfrl's loader reads a classic package's verifiers imports as vfrl's
+        try:
+            env = vfrl.load_environment(name, **kwargs)
+        except vfrl.envs.loader.EnvironmentLoadError as wrapped:
+            raise (wrapped.__cause__ or wrapped)
+    else:
+        mod = importlib.import_module(name)
+        env = mod.load_environment(**kwargs)
     if not isinstance(env, vfrl.Environment):
         raise TypeError(f"load_environment() returned {type(env).__name__}")
     out["load"] = "ok"
@@ -157,23 +164,23 @@ print(json.dumps(out))
 '''
 
 
-def port(src: Path, dst: Path) -> None:
+def port(src: Path, dst: Path, unchanged: bool) -> None:
     shutil.copytree(src, dst)
-    for py in dst.rglob("*.py"):
+    for py in [] if unchanged else dst.rglob("*.py"):
         text = py.read_text()
         for pattern, repl in SWAPS:
             text = re.sub(pattern, repl, text, flags=re.M)
         py.write_text(text)
 
 
-def check(pkg: Path, work: Path, pythonpath: list[str], deps: list[str], timeout: float) -> dict:
+def check(pkg: Path, work: Path, pythonpath: list[str], deps: list[str], timeout: float, unchanged: bool) -> dict:
     name = pkg.name
-    port(pkg, work / name)
+    port(pkg, work / name, unchanged)
     kwargs, cases = CASES.get(name, ({}, []))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "PYTHONPATH": os.pathsep.join([str(work / name), *pythonpath]), "PORT_CHECK_DEPS": os.pathsep.join(deps)}
     try:
-        proc = subprocess.run([sys.executable, "-c", CHILD, name, json.dumps(kwargs), json.dumps(cases)],
+        proc = subprocess.run([sys.executable, "-c", CHILD, name, json.dumps(kwargs), json.dumps(cases), str(int(unchanged))],
                               capture_output=True, text=True, timeout=timeout, env=env, cwd=work)
     except subprocess.TimeoutExpired:
         return {"load": "error", "error": f"timed out after {timeout:g}s", "error_type": "Timeout"}
@@ -207,13 +214,16 @@ def main() -> int:
     ap.add_argument("--deps", type=Path, action="append", default=[], help="extra package folder(s) on the path")
     ap.add_argument("--timeout", type=float, default=120.0)
     ap.add_argument("--json", type=Path, help="write the full results here")
+    ap.add_argument("--unchanged", action="store_true",
+                    help="load each package as it is, through vfrl.load_environment (no import swap)")
     args = ap.parse_args()
     packages = sorted(p for p in args.env_dir.iterdir() if (p / f"{p.name}.py").is_file())
     pythonpath = [str(args.vfrl_src)] if args.vfrl_src else []
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for pkg in packages:
-            results[pkg.name] = r = check(pkg, Path(tmp), pythonpath, [str(d) for d in args.deps], args.timeout)
+            results[pkg.name] = r = check(pkg, Path(tmp), pythonpath, [str(d) for d in args.deps], args.timeout,
+                                          args.unchanged)
             r["verdict"] = verdict(r)
             detail = r.get("error") or "; ".join(
                 f"{s['got']} (verifiers {s['expected']}){' ' + s['why'] if s['why'] else ''}" for s in r.get("scores", []))

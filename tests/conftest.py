@@ -28,8 +28,45 @@ def tmux_socket(kind: str, tmp_path: Path) -> str:
     return f"vfrl-{kind}-{os.getpid()}-{tmp_path.name}"
 
 
+def train_package_two_steps(tmp_path: Path, model: Path, env: dict, pythonpath: Path):
+    """`vf-rl @ config` (real tmux, real vf-vllm) on the environment package `env` ([env] table) found on
+    `pythonpath`: 2 steps of 8 rollouts (4 examples x 2). Returns (the finished vf-rl, its run dir, the steps'
+    metrics lines), after checking what every such run must show: exit 0, no traceback in trainer.log, the
+    base and each step's adapter loaded into vLLM, no rollout dropped, each step sampled from the adapter of
+    the step before."""
+    import json
+
+    import tomllib
+
+    cfg = write_config(tmp_path / "cfg.toml", model, port=0, output_dir=tmp_path / "outputs", max_steps=2,
+                       batch_size=8, rollouts_per_example=2, eval_strategy="no")
+    config = tomllib.loads(cfg.read_text())
+    config["env"] = env
+    cfg.write_text(tomli_w.dumps(config))
+    socket_name = tmux_socket("pkg", tmp_path)
+    try:
+        done = subprocess.run([str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", socket_name],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                              env={**os.environ, "PYTHONPATH": str(pythonpath)})
+    finally:
+        subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True)
+    run_dir = tmp_path / "outputs" / "test"
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "Traceback" not in (run_dir / "logs" / "trainer.log").read_text()
+    server_log = (run_dir / "logs" / "inference.log").read_text()
+    for version in (0, 1, 2):  # the base as policy-0, then one adapter per step
+        assert f"Loaded new LoRA adapter: name 'policy-{version}'" in server_log
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps] == [1, 2] and all(s["rollouts_dropped"] == 0 for s in steps)
+    for s in steps:
+        rollouts = [json.loads(line) for line in (run_dir / "rollouts" / f"step_{s['step']}.jsonl").read_text().splitlines()]
+        assert len(rollouts) == 8 and {r["policy"] for r in rollouts} == {f"policy-{s['policy_version']}"}
+    return done, run_dir, steps
+
+
 def max_logprob_gap(model, rollouts) -> float:
-    """Largest |trainer - vLLM| logprob over every sampled token of `rollouts`."""
+    """Largest |trainer - vLLM| logprob over every sampled token of `rollouts` (mask 1: the environment's tokens
+    between turns were not sampled)."""
     import torch
 
     from vfrl.trainer.logprobs import sequence_logprobs
@@ -39,8 +76,25 @@ def max_logprob_gap(model, rollouts) -> float:
         ids = torch.tensor([r.prompt_ids + r.completion_ids])
         with torch.no_grad():
             lp = sequence_logprobs(model, ids, torch.ones_like(ids))[0, len(r.prompt_ids) - 1 :]
-        worst = max(worst, (lp - torch.tensor(r.completion_logprobs)).abs().max().item())
+        sampled = torch.tensor(r.completion_mask, dtype=torch.bool)
+        worst = max(worst, (lp - torch.tensor(r.completion_logprobs))[sampled].abs().max().item())
     return worst
+
+
+def trained_like_adapter(model_dir, seed: int, scale: float = 0.3):
+    """The tiny model with a LoRA whose B matrices are non-zero (normal, std `scale`), as after some training."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    torch.manual_seed(seed)
+    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear"))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, scale)
+    return model.eval()
 
 
 class SharedServer:

@@ -1,6 +1,7 @@
-"""verifiers' classic API through `import vfrl as vf`: a package written for it loads and scores the same.
+"""verifiers' classic API on vfrl: a package written for it loads unchanged and scores the same.
 
-tests/classic_pkgs/ holds small package-like modules written against the classic API's public names.
+tests/classic_pkgs/ holds small package-like modules written against the classic API's public names
+(`import verifiers as vf`); vfrl's loader reads their verifiers imports as vfrl's.
 """
 
 import asyncio
@@ -14,7 +15,8 @@ import vfrl as vf
 from vfrl.envs.environment import Rollout
 
 sys.path.insert(0, str(Path(__file__).parent / "classic_pkgs"))
-import classic_quiz  # noqa: E402
+vf.load_environment("classic_quiz")  # imports it the way vf-train does
+classic_quiz = sys.modules["classic_quiz"]
 
 SAMPLING = {"max_tokens": 50}
 
@@ -171,3 +173,73 @@ def test_parser_helpers():
     assert [m["content"] for m in p.get_user_messages(completion)] == ["u"]
     assert [m["content"] for m in p.get_tool_messages(completion)] == ["t"]
     assert p.get_format_str() == "<think>\n...\n</think>\n<[ answer | code ]>\n...\n</[ answer | code ]>\n"
+
+
+# ---- loaded unchanged: the package's verifiers imports read as vfrl's, nobody else's ----
+
+def test_a_classic_package_loads_unchanged_and_leaves_verifiers_alone(tmp_path, monkeypatch):
+    import importlib
+
+    from vfrl.inference.scale_out import is_verifiers_package
+    from vfrl.verifiers_compat import ClassicSourceLoader, verifiers_api
+
+    assert verifiers_api("classic_quiz") == "classic" and verifiers_api("reverse_text") is None
+    assert classic_quiz.vf is vf and classic_quiz.State is vf.State  # `import verifiers as vf` in its source
+    assert isinstance(classic_quiz.__spec__.loader, ClassicSourceLoader)
+    assert not is_verifiers_package("classic_quiz")  # no scale-out, no uv: it samples as a vfrl environment
+    try:
+        real = importlib.import_module("verifiers")  # installed with the verifiers extra: still verifiers 0.4
+        assert real is not vf and "vfrl" not in real.__name__
+    except ImportError:
+        pass
+    # a package and its submodules, with a lazy import inside load_environment
+    pkg = tmp_path / "classic_pkg_lazy"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import verifiers as vf\nfrom .rubric import make_rubric\n\n"
+                                     "def load_environment():\n"
+                                     "    from verifiers.utils.data_utils import extract_boxed_answer\n"
+                                     "    return vf.SingleTurnEnv(dataset=[{'question': 'q', 'answer': '1'}],\n"
+                                     "                            parser=vf.Parser(extract_fn=extract_boxed_answer),\n"
+                                     "                            rubric=make_rubric())\n")
+    (pkg / "rubric.py").write_text("from verifiers import Rubric\n\n"
+                                   "def make_rubric():\n    return Rubric(funcs=[lambda completion, **kw: 1.0])\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env = vf.load_environment("classic-pkg-lazy")
+    assert isinstance(env, vf.SingleTurnEnv) and env.dataset[0]["answer"] == "1"
+    assert not (pkg / "__pycache__").exists()  # compiled from source each time: no bytecode a plain import could use
+
+
+def test_a_classic_package_needing_what_vfrl_lacks_is_one_line(tmp_path, monkeypatch):
+    (tmp_path / "classic_sandbox.py").write_text("import verifiers as vf\n"
+                                                 "from verifiers.envs.python_env import PythonEnv\n\n"
+                                                 "def load_environment():\n    return PythonEnv()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from vfrl.envs.loader import EnvironmentLoadError
+
+    with pytest.raises(EnvironmentLoadError) as e:
+        vf.load_environment("classic-sandbox")
+    assert str(e.value) == (
+        "environment 'classic-sandbox' is written for verifiers' classic API, which vfrl runs with its own classes, "
+        "and it imports verifiers.envs.python_env, which vfrl does not have (at classic_sandbox.py:2); see "
+        "docs/environments.md, 'Porting from verifiers', for what vfrl has")
+
+
+@pytest.mark.e2e
+def test_vf_rl_trains_an_unchanged_classic_package_two_steps(tiny_model, tmp_path):
+    """`vf-rl @ config` with `env.id = "classic_quiz"`, a multi-turn package as verifiers 0.3 users wrote it:
+    it trains as a vfrl environment (no scale-out, no verifiers episode), the environment's "Are you sure?"
+    turn between the replies, its own rubric's scores."""
+    import json
+
+    from conftest import train_package_two_steps
+
+    _, run_dir, steps = train_package_two_steps(tmp_path, tiny_model, {"id": "classic_quiz", "args": {"rounds": 2}},
+                                                Path(__file__).parent / "classic_pkgs")
+    command = (run_dir / "logs" / "inference.log").read_text().splitlines()[0]  # the vLLM command vf-vllm ran
+    assert command.startswith("vf-vllm: ") and "--enable-scale-out" not in command
+    for s in steps:
+        for line in (run_dir / "rollouts" / f"step_{s['step']}.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            roles = [m["role"] for m in r["completion"]]
+            assert roles == ["assistant", "user", "assistant"] and r["completion"][1]["content"] == "Are you sure?"
+            assert set(r["metrics"]) >= {"every_reply_right", "answer_is_int"}

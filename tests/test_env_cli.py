@@ -151,6 +151,51 @@ def test_install_from_a_wheel_file_and_from_a_git_url(tmp_path):
         sys.modules.pop(name.replace("-", "_"), None)
 
 
+@pytest.mark.e2e
+def test_install_a_classic_package_leaves_its_old_verifiers_requirement_out(tmp_path):
+    """A package written for verifiers 0.3 requires verifiers < 0.4, which would bring mcp < 2 and break vLLM:
+    vf-install installs it and its other requirements, leaves that one out in one line, and changes neither
+    verifiers nor mcp; the package then loads unchanged (its imports read as vfrl's)."""
+    import importlib.metadata
+    from importlib.metadata import version
+
+    name = f"classic-env-{uuid.uuid4().hex[:8]}"
+    module = name.replace("-", "_")
+    src = tmp_path / name
+    src.mkdir()
+    (src / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        f'[project]\nname = "{name}"\nversion = "0.3.0"\nrequires-python = ">=3.11"\n'
+        'dependencies = ["verifiers>=0.1.3,<0.4", "tomli-w", "wandb; sys_platform == \'win32\'"]\n\n'
+        f'[tool.setuptools]\npy-modules = ["{module}"]\n')
+    (src / f"{module}.py").write_text(
+        "import verifiers as vf\n\n"
+        "def load_environment():\n"
+        "    return vf.SingleTurnEnv(dataset=[{'question': 'q', 'answer': 'a'}], rubric=vf.Rubric(funcs=[]))\n")
+    before = {p: version(p) for p in ("mcp", "openai", "torch")}
+    try:
+        verifiers_before = version("verifiers")
+    except Exception:
+        verifiers_before = None
+    try:
+        done = cli("vf-install", "-p", str(src), cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert ("it requires verifiers<0.4,>=0.1.3 (verifiers' classic API), which cannot share this Python with "
+                "vLLM; vfrl runs classic packages with its own API, so that requirement is left out") in done.stdout
+        assert f"installed {name} 0.3.0" in done.stdout
+        assert {p: version(p) for p in before} == before
+        try:
+            assert version("verifiers") == verifiers_before
+        except importlib.metadata.PackageNotFoundError:
+            assert verifiers_before is None
+        loaded = subprocess.run([sys.executable, "-c", f"import vfrl; env = vfrl.load_environment('{name}'); "
+                                 "print(type(env).__name__, env.dataset[0]['answer'])"],
+                                capture_output=True, text=True, cwd=tmp_path)  # a fresh Python, as vf-train's
+        assert loaded.stdout.split() == ["SingleTurnEnv", "a"], loaded.stderr[-2000:]
+    finally:
+        subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", name], capture_output=True)
+
+
 # ---- vf-eval pieces ----
 
 def test_eval_defaults_from_the_package_pyproject(tmp_path, monkeypatch):

@@ -147,6 +147,54 @@ def test_a_verifiers_package_without_verifiers_installed_is_one_line(monkeypatch
     assert "\n" not in str(e.value)
 
 
+@needs_v1
+def test_env_renderer_names_a_renderers_config_or_is_refused_in_one_line():
+    """env.renderer: a local fine-tune's path matches no renderer by name (verifiers then uses the chat
+    template, without tools); the user names one, and a wrong name or field is one line before vLLM starts."""
+    from renderers.configs import DefaultRendererConfig, Qwen3RendererConfig
+
+    from vfrl.config import RLConfig
+    from vfrl.envs.verifiers_v1 import V1EnvironmentError, renderer_config
+    from vfrl.launcher.plan import environment_problem
+
+    assert isinstance(renderer_config("e", "qwen3"), Qwen3RendererConfig)
+    made = renderer_config("e", {"name": "default", "tool_parser": "hermes"})
+    assert isinstance(made, DefaultRendererConfig) and made.tool_parser == "hermes"
+    with pytest.raises(V1EnvironmentError, match=r"no renderer is named 'qwen9' \(renderers has: .*qwen3,") as e:
+        renderer_config("e", "qwen9")
+    assert "\n" not in str(e.value)
+    with pytest.raises(V1EnvironmentError, match=r"enable_thinking: Input should be a valid boolean"):
+        renderer_config("e", {"name": "qwen3", "enable_thinking": "perhaps"})
+    for spec in ("qwen3", {"name": "default", "tool_parser": "hermes"}):
+        assert RLConfig.model_validate({"model": "m", "env": {"id": "v1-reverse", "renderer": spec}}).env.renderer == spec
+    assert environment_problem("v1-reverse", "default") is None
+    assert "no renderer is named 'qwen9'" in environment_problem("v1-reverse", "qwen9")
+    assert environment_problem("reverse-text", "qwen3") == (
+        "env.renderer = 'qwen3' is for verifiers 0.4 packages, and 'reverse-text' is not one (vLLM renders its "
+        "prompts with the model's chat template): remove env.renderer")
+
+
+@needs_v1
+@needs_uv
+def test_env_renderer_reaches_verifiers_train_client_and_vf_eval_says_a_wrong_one_in_one_line():
+    from renderers.configs import DefaultRendererConfig
+    from typer.testing import CliRunner
+
+    from vfrl.envs.cli.eval import app as eval_app
+    from vfrl.envs.loader import EnvironmentLoadError, load_configured_environment
+
+    env = load_configured_environment("v1-reverse", {}, {"name": "default", "tool_parser": "hermes"})
+    client = SimpleNamespace(api_key="k", base_url="http://127.0.0.1:1/v1/")
+    sent = env.context(client, "policy-1", {"temperature": 1.0}).client
+    assert isinstance(sent.renderer, DefaultRendererConfig) and sent.renderer.tool_parser == "hermes"
+    assert load_configured_environment("v1-reverse", {}).renderer is None  # verifiers picks it from the model
+    with pytest.raises(EnvironmentLoadError, match=r"is for verifiers 0.4 packages, and 'reverse-text' is a vfrl"):
+        load_configured_environment("reverse-text", {}, "qwen3")
+    done = CliRunner().invoke(eval_app, ["v1-reverse", "--renderer", "qwen9", "-b", "http://127.0.0.1:1/v1"])
+    assert done.exit_code != 0 and "no renderer is named 'qwen9'" in done.output
+    assert "Traceback" not in done.output
+
+
 # --- the package itself, in-process, against the fake generate route ---
 
 @needs_v1
@@ -207,6 +255,79 @@ def test_orchestrator_samples_a_v1_package_through_the_generate_route(tiny_model
         assert r.reward == 1.0 and r.metrics == {"exact": 1.0, "reply_len": float(len(word))}
         assert r.completion == [{"role": "assistant", "content": word[::-1]}]
         assert sent["sampling_params"]["max_tokens"] == 16
+
+
+@needs_v1
+@needs_uv
+def test_a_multi_turn_package_plays_its_own_env_and_its_turns_get_no_loss(tiny_model):
+    """tests/v1_pkgs/v1_two_words exports a vf.Env that sends a second word after the first reply: verifiers
+    runs that Env (not its single-agent one), each turn extends one token sequence (one branch, never
+    re-tokenized), the sampled replies have mask 1 and the environment's turn between them mask 0."""
+    from openai import AsyncOpenAI
+    from transformers import AutoTokenizer
+
+    from fake_generate import FakeGenerate
+    from vfrl.config import TrainerArgs
+    from vfrl.envs.loader import load_environment
+    from vfrl.trainer.orchestrator import Orchestrator
+
+    env = load_environment("v1-two-words")
+    assert type(env.v1_env).__name__ == "TwoWordsEnv"
+
+    async def run():
+        async with FakeGenerate(str(tiny_model), adapter="policy-1") as fake:
+            client = AsyncOpenAI(base_url=fake.base_url, api_key="k")
+            args = TrainerArgs(batch_size=4, rollouts_per_example=2, max_tokens=16, eval_strategy="no",
+                               rollout_timeout=240)
+            batch = await Orchestrator(env, client, args).generate(0, "policy-1", 1)
+            await env.aclose()
+            return batch, fake.requests
+
+    batch, requests = asyncio.run(run())
+    tok = AutoTokenizer.from_pretrained(str(tiny_model))
+    assert len(batch.rollouts) == 4 and batch.metrics["rollouts_dropped"] == 0 and len(requests) == 8
+    for r in batch.rollouts:
+        first, second = env.tasks[r.example_id].data.prompt_text, env.tasks[r.example_id].data.second
+        (a, b), (c, d) = r.turn_spans
+        assert a == 0 and tok.decode(r.completion_ids[a:b]) == first[::-1] + tok.eos_token
+        assert tok.decode(r.completion_ids[c:d]) == second[::-1] + tok.eos_token
+        assert r.completion_mask == [1] * b + [0] * (c - b) + [1] * (d - c) and d == len(r.completion_ids)
+        assert second in tok.decode(r.completion_ids[b:c])  # the environment's turn, no loss
+        assert r.completion_logprobs[b:c] == [0.0] * (c - b)
+        turn_two = next(q["body"]["token_ids"] for q in requests if len(q["body"]["token_ids"]) > len(r.prompt_ids)
+                        and q["body"]["token_ids"][: len(r.prompt_ids)] == r.prompt_ids)
+        assert turn_two == r.prompt_ids + r.completion_ids[:c]  # what vLLM was sent for turn two, as trained
+        assert r.reward == 1.0 and r.metrics == {"reversed_each": 1.0, "turns": 2.0}
+
+
+@needs_v1
+def test_every_role_of_a_package_env_runs_here_with_the_chat_harness_unless_it_pins_one(tmp_path, monkeypatch):
+    """A package's vf.Env may name its seats anything: each runs as a local subprocess (never verifiers'
+    default remote sandbox); a seat without a harness gets the chat harness, one that pins its own keeps it."""
+    import verifiers.v1 as vf
+
+    from vfrl.envs.verifiers_v1 import env_config
+
+    (tmp_path / "two_seats.py").write_text(
+        "import verifiers.v1 as vf\n"
+        "from v1_reverse import ReverseTaskset\n"
+        "class Seats(vf.EnvConfig):\n"
+        "    player: vf.AgentConfig = vf.AgentConfig()\n"
+        "    referee: vf.AgentConfig = vf.AgentConfig(harness={'id': 'bash'})\n"
+        "class TwoSeats(vf.Env[Seats]):\n"
+        "    async def run(self, task, agents):\n"
+        "        await agents.player.run(task)\n"
+        "__all__ = ['ReverseTaskset', 'TwoSeats']\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    raw = env_config(vf, "two-seats", {}, "null")
+    assert raw == {"taskset": {"id": "two-seats"},
+                   "player": {"runtime": {"type": "subprocess"}, "harness": {"id": "null"}},
+                   "referee": {"runtime": {"type": "subprocess"}}}
+    config = vf.resolve_env_config(raw)
+    assert config.player.harness.id == "null" and config.referee.harness.id == "bash"
+    assert config.player.runtime.type == config.referee.runtime.type == "subprocess"
+    assert env_config(vf, "v1-reverse", {}, "null") == {
+        "taskset": {"id": "v1-reverse"}, "agent": {"runtime": {"type": "subprocess"}, "harness": {"id": "null"}}}
 
 
 @needs_v1
@@ -300,31 +421,61 @@ def test_v1_package_samples_through_the_real_vllm_server(shared_vllm_server, tin
 @needs_v1
 @needs_uv
 @pytest.mark.e2e
-def test_vf_rl_trains_a_v1_package_two_steps(tiny_model, tmp_path):
-    """`vf-rl @ config` with `env.id` a verifiers 0.4 package: scale-out on by itself, two steps trained
-    from its rollouts, exit code 0, no traceback (the environment's serving closes in its loop)."""
-    import tomli_w
-    import tomllib
+def test_a_multi_turn_v1_package_sampled_after_a_sync_matches_the_trainer(shared_vllm_server, tiny_model, tmp_path):
+    """v1_two_words through the session's vf-vllm, sampled from an adapter just pushed as vf-train pushes it
+    (AdapterSync): each episode is one branch, its replies mask 1 and the environment's turn mask 0, and the
+    trainer's logprobs (the same LoRA, in peft) of every sampled token are vLLM's within 1e-4."""
+    from openai import AsyncOpenAI
+    from transformers import AutoTokenizer
 
-    from conftest import write_config
+    from conftest import max_logprob_gap, trained_like_adapter
+    from vfrl.config import TrainerArgs
+    from vfrl.envs.loader import load_environment
+    from vfrl.trainer.orchestrator import Orchestrator
+    from vfrl.trainer.weight_sync import AdapterSync
 
-    cfg = write_config(tmp_path / "cfg.toml", tiny_model, port=0, output_dir=tmp_path / "outputs", max_steps=2,
-                       batch_size=8, rollouts_per_example=2, eval_strategy="no")
-    config = tomllib.loads(cfg.read_text())
-    config["env"]["id"] = "v1-reverse"
-    cfg.write_text(tomli_w.dumps(config))
-    socket_name = tmux_socket("v1", tmp_path)
-    try:
-        done = subprocess.run([str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", socket_name],
-                              capture_output=True, text=True, cwd=tmp_path, timeout=600,
-                              env={**os.environ, "PYTHONPATH": str(PKGS)})
-    finally:
-        subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True)
-    run_dir = tmp_path / "outputs" / "test"
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    assert "Traceback" not in (run_dir / "logs" / "trainer.log").read_text()
-    assert "--enable-scale-out" in (run_dir / "logs" / "inference.log").read_text()
-    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [s["step"] for s in steps] == [1, 2] and all(s["rollouts_dropped"] == 0 for s in steps)
-    rollouts = [json.loads(line) for line in (run_dir / "rollouts" / "step_1.jsonl").read_text().splitlines()]
-    assert len(rollouts) == 8 and set(rollouts[0]["metrics"]) == {"exact", "reply_len"}
+    base_url, key = shared_vllm_server.base_url, shared_vllm_server.api_key
+    (tmp_path / "adapters").mkdir()
+    model = trained_like_adapter(tiny_model, seed=31, scale=0.05)
+    policy, _ = AdapterSync(base_url, key, tmp_path / "adapters").push(model, 31)
+    env = load_environment("v1-two-words")
+
+    async def run():
+        client = AsyncOpenAI(base_url=base_url, api_key=key)
+        args = TrainerArgs(batch_size=4, rollouts_per_example=2, max_tokens=24, eval_strategy="no",
+                           rollout_timeout=240)
+        try:
+            return await Orchestrator(env, client, args).generate(0, policy, 31)
+        finally:
+            await env.aclose()
+
+    batch = asyncio.run(run())
+    tok = AutoTokenizer.from_pretrained(str(tiny_model))
+    assert len(batch.rollouts) == 4 and batch.metrics["rollouts_dropped"] == 0
+    for r in batch.rollouts:
+        (a, b), (c, d) = r.turn_spans  # two replies, the environment's turn between them
+        assert r.completion_mask == [1] * b + [0] * (c - b) + [1] * (d - c) and a == 0
+        between = tok.decode(r.completion_ids[b:c])
+        assert env.tasks[r.example_id].data.second in between and between.endswith("assistant\n"), between
+        assert r.policy == policy and r.metrics["turns"] == 2.0
+    assert max_logprob_gap(model, batch.rollouts) < 1e-4
+
+
+@needs_v1
+@needs_uv
+@pytest.mark.e2e
+@pytest.mark.parametrize("package, metrics", [("v1-reverse", {"exact", "reply_len"}),
+                                              ("v1-two-words", {"reversed_each", "turns"})])
+def test_vf_rl_trains_a_v1_package_two_steps(tiny_model, tmp_path, package, metrics):
+    """`vf-rl @ config` with `env.id` a verifiers 0.4 package, single-turn and multi-turn: scale-out on by
+    itself, two steps trained from its rollouts, each sampled from the adapter the step before loaded, exit
+    code 0, no traceback (the environment's serving closes in its loop)."""
+    from conftest import train_package_two_steps
+
+    env = {"id": package, "renderer": "default"} if package == "v1-two-words" else {"id": package}  # a named renderer
+    _, run_dir, steps = train_package_two_steps(tmp_path, tiny_model, env, PKGS)
+    command = (run_dir / "logs" / "inference.log").read_text().splitlines()[0]  # the vLLM command vf-vllm ran
+    assert command.startswith("vf-vllm: ") and "--enable-scale-out" in command
+    for step in (1, 2):
+        rollouts = [json.loads(line) for line in (run_dir / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()]
+        assert all(set(r["metrics"]) == metrics for r in rollouts)

@@ -8,24 +8,9 @@ import asyncio
 import pytest
 import torch
 
-from conftest import max_logprob_gap
+from conftest import max_logprob_gap, trained_like_adapter
 
 pytestmark = pytest.mark.e2e
-
-
-def trained_like_adapter(model_dir, seed: int):
-    """The tiny model with a LoRA whose B matrices are non-zero, as after some training."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    torch.manual_seed(seed)
-    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear"))
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.3)
-    return model.eval()
 
 
 def test_vllm_logprobs_match_trainer_after_sync(shared_vllm_server, tiny_model, tmp_path):

@@ -41,6 +41,10 @@ def _multiples_near(value: int, step: int) -> str:
 class EnvConfig(Strict):
     id: str = Field(description="Environment id: an installed package (`reverse-text`) or module name.")
     args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for load_environment().")
+    renderer: str | dict[str, Any] | None = Field(
+        None, description="verifiers 0.4 packages only: how verifiers turns messages (and tools) into token ids, a "
+                          "`renderers` name (\"qwen3\") or table ({name = \"default\", tool_parser = \"hermes\"}). Default: "
+                          "found from the model's name, which a local model folder does not match (plain chat template, no tools).")
 
 
 # vLLM's --gpu-memory-utilization on a GPU shared with the trainer when vf-rl cannot read the model's size

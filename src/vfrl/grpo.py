@@ -223,7 +223,7 @@ class GRPOTrainer:
         evaluates (it alone talks to vLLM, as in training); the other processes get {}."""
         from openai import AsyncOpenAI
 
-        from vfrl.envs import load_environment
+        from vfrl.envs.loader import load_configured_environment
         from vfrl.run_dir import RunDir, append_jsonl
         from vfrl.trainer.evaluation import eval_example_ids
         from vfrl.trainer.inference_watch import InferenceLost
@@ -239,7 +239,7 @@ class GRPOTrainer:
         except InferenceLost as e:
             self.close()
             raise SystemExit(f"vfrl: evaluate: the inference server is lost: {e} (see {plan.run_dir}/logs/inference.log)")
-        env = self.env or load_environment(cfg.env.id, **cfg.env.args)
+        env = self.env or load_configured_environment(cfg.env.id, cfg.env.args, cfg.env.renderer)
         ids, eval_split = eval_example_ids(env, cfg.args)
         if not ids:
             n = len(env.dataset)

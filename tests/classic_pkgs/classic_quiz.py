@@ -1,10 +1,11 @@
-"""A small environment package written against verifiers' classic API only (`import verifiers as vf`
-swapped for vfrl, as a user porting one would). Not a copy of a verifiers environment: a quiz that
-asks "are you sure?" until the model has answered `rounds` times."""
+"""A small environment package written against verifiers' classic API only, as a verifiers 0.3 user wrote
+it: `import verifiers as vf` and verifiers' module paths, no vfrl import. vfrl's loader reads those imports
+as vfrl's (vfrl/verifiers_compat.py). Not a copy of a verifiers environment: a quiz that asks "are you
+sure?" until the model has answered `rounds` times."""
 
-import vfrl as vf
-from vfrl.types import Messages, State
-from vfrl.utils.data_utils import BOXED_SYSTEM_PROMPT, extract_boxed_answer
+import verifiers as vf
+from verifiers.types import Messages, State
+from verifiers.utils.data_utils import BOXED_SYSTEM_PROMPT, extract_boxed_answer
 
 BUILDS = []  # how often the dataset builder ran
 

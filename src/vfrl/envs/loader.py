@@ -18,6 +18,7 @@ from pathlib import Path
 from vfrl.envs.environment import Environment
 from vfrl.envs.faults import one_line
 from vfrl.envs.verifiers_v1 import V1EnvironmentError, is_v1_module
+from vfrl.verifiers_compat import load_classic_as_vfrl, verifiers_api
 
 ENTRY_POINT_GROUP = "vfrl.environments"
 
@@ -50,6 +51,26 @@ def failure(what: str, e: BaseException) -> EnvironmentLoadError:
     return EnvironmentLoadError(one_line(f"{what} {type(e).__name__}: {e}" + (f" (at {at})" if at else ""), 400))
 
 
+def read_as_vfrl_if_classic(module: str) -> bool:
+    """Is `module` written for verifiers' classic API? Then its verifiers imports read as vfrl's from now on."""
+    if verifiers_api(module) != "classic":
+        return False
+    load_classic_as_vfrl(module)
+    return True
+
+
+def classic_gap(env_id: str, e: BaseException) -> EnvironmentLoadError | None:
+    """A classic verifiers package importing a module path vfrl does not have (its imports read as vfrl's)."""
+    name = getattr(e, "name", None) or ""
+    if not isinstance(e, ModuleNotFoundError) or not name.startswith("vfrl."):
+        return None
+    at = where(e)
+    return EnvironmentLoadError(
+        f"environment '{env_id}' is written for verifiers' classic API, which vfrl runs with its own classes, and it "
+        f"imports verifiers{name[4:]}, which vfrl does not have{f' (at {at})' if at else ''}; see docs/environments.md, "
+        f"'Porting from verifiers', for what vfrl has")
+
+
 def load_v1_environment(env_id: str, package: str, env_args: dict) -> Environment:
     """A verifiers 0.4 taskset package, wrapped for vfrl (verifiers_v1.py); `env_args` go to its taskset config."""
     from vfrl.envs.verifiers_v1 import V1Environment
@@ -67,18 +88,22 @@ def load_environment(env_id: str, **env_args) -> Environment:
 
     The target is a `load_environment(**env_args)` function (or a module that has one).
     """
-    target, package = None, None
+    target, package, classic = None, None, False
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name in (env_id, env_id.replace("_", "-")):
             package = f"package {ep.dist.name} {ep.dist.version}" if ep.dist else f"entry point {ep.value}"
+            classic = read_as_vfrl_if_classic(ep.module.split(".")[0])
             try:
                 target = ep.load()
             except Exception as e:
-                raise failure(f"environment '{env_id}' ({package}): importing {ep.value} raised", e) from e
+                raise (classic and classic_gap(env_id, e)) or failure(
+                    f"environment '{env_id}' ({package}): importing {ep.value} raised", e) from e
             break
     if target is None:
         module_name = env_id.replace("-", "_").split("/")[-1]
         package = f"module {module_name}"
+        classic = read_as_vfrl_if_classic(module_name)
+        package = f"module {module_name}" + (", verifiers' classic API" if classic else "")
         try:
             target = importlib.import_module(module_name)
         except ModuleNotFoundError as e:
@@ -87,7 +112,8 @@ def load_environment(env_id: str, **env_args) -> Environment:
                     f"environment '{env_id}' ({package}) is written for the verifiers library, which is not installed "
                     f"here; install vfrl's verifiers extra: pip install -e '.[verifiers]' (verifiers 0.4)") from None
             if e.name != module_name:
-                raise failure(f"environment '{env_id}' ({package}): importing it raised", e) from e
+                raise (classic and classic_gap(env_id, e)) or failure(
+                    f"environment '{env_id}' ({package}): importing it raised", e) from e
             have = ", ".join(installed_environments()) or "none"
             raise EnvironmentNotFound(
                 f"environment '{env_id}' is not installed (installed: {have}); "
@@ -110,8 +136,28 @@ def load_environment(env_id: str, **env_args) -> Environment:
     try:
         env = func(**env_args)
     except Exception as e:
-        raise failure(f"environment '{env_id}' ({package}): load_environment() raised", e) from e
+        raise (classic and classic_gap(env_id, e)) or failure(
+            f"environment '{env_id}' ({package}): load_environment() raised", e) from e
     if not isinstance(env, Environment):
         raise EnvironmentLoadError(f"environment '{env_id}' ({package}): load_environment() returned "
                                    f"{type(env).__name__}, not a vfrl Environment")
+    return env
+
+
+def load_configured_environment(env_id: str, env_args: dict, renderer: str | dict | None = None) -> Environment:
+    """`[env]` as vf-train, vf-eval and the Python API load it: `id` with `args`, and for a verifiers 0.4
+    package its `renderer` (which a vfrl environment, rendered by vLLM's chat template, has no use for)."""
+    env = load_environment(env_id, **env_args)
+    if renderer is None:
+        return env
+    from vfrl.envs.verifiers_v1 import V1Environment
+
+    if not isinstance(env, V1Environment):
+        raise EnvironmentLoadError(f"env.renderer = {renderer!r} is for verifiers 0.4 packages, and '{env_id}' is a "
+                                   f"vfrl environment (vLLM renders its prompts with the model's chat template): "
+                                   f"remove env.renderer")
+    try:
+        env.use_renderer(renderer)
+    except V1EnvironmentError as e:
+        raise EnvironmentLoadError(str(e)) from None
     return env

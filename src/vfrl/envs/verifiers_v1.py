@@ -3,9 +3,10 @@
 The trainer's Orchestrator sees the same interface as for a vfrl environment (`dataset`,
 `eval_dataset`, `run_group`); underneath, each rollout is one verifiers episode:
 
-- the environment is `vf.load_environment(vf.resolve_env_config({"taskset": {"id": ..., **args},
-  "agent": {"runtime": {"type": "subprocess"}, "harness": {"id": "null"}}}))`: agents run here, as
-  local subprocesses (verifiers' uv-script harnesses), never in a remote sandbox;
+- the environment is `vf.load_environment(vf.resolve_env_config(...))` on the taskset with `[env.args]`,
+  run by the package's own `vf.Env` when it exports one (a multi-turn conversation, several agents) and
+  else by verifiers' single-agent env; every role's agent runs here, as a local subprocess (verifiers'
+  uv-script harnesses), never in a remote sandbox;
 - its serving resources (`env.serving()`) open on the first rollout and stay open for the event loop;
 - `env.run_slot` samples through verifiers' train client, which renders the prompt with the base
   model's tokenizer and posts token ids to vLLM's `/inference/v1/generate` (vLLM started with
@@ -120,6 +121,42 @@ def episode_rollout(episode, example_id: int, answer: Any, policy: str) -> Rollo
     return rollout
 
 
+def renderer_config(env_id: str, spec: str | dict[str, Any]):
+    """`env.renderer` as the `renderers` config verifiers' train client takes; one line when it is not one."""
+    import typing
+
+    from pydantic import TypeAdapter, ValidationError
+    from renderers.configs import RendererConfig
+
+    raw = {"name": spec} if isinstance(spec, str) else dict(spec)
+    try:
+        return TypeAdapter(RendererConfig).validate_python(raw)
+    except ValidationError as e:
+        kinds = typing.get_args(typing.get_args(RendererConfig)[0])
+        names = sorted(k.model_fields["name"].default for k in kinds)
+        if raw.get("name") not in names:
+            why = f"no renderer is named {raw.get('name')!r} (renderers has: {', '.join(names)})"
+        else:
+            err = e.errors()[0]
+            why = f"{'.'.join(str(p) for p in err['loc'][1:]) or 'it'}: {err['msg']}"
+        raise V1EnvironmentError(f"env.renderer = {spec!r} is invalid for environment '{env_id}': {why}") from None
+
+
+def env_config(vf, env_id: str, env_args: dict[str, Any], harness: str) -> dict[str, Any]:
+    """The raw verifiers config of the package's environment: its taskset with `env_args`, and every role (seat)
+    of its `vf.Env` (the package's own, found by verifiers through `__all__`; else the single `agent`) run here
+    as a local subprocess, with the plain chat harness unless the role pins its own."""
+    from verifiers.v1.utils.loaders import env_config_type
+
+    raw: dict[str, Any] = {"taskset": {"id": env_id, **env_args}}
+    for role, field in env_config_type(env_id).model_fields.items():
+        if isinstance(field.default, vf.AgentConfig):
+            raw[role] = {"runtime": {"type": "subprocess"}}
+            if field.default.harness is None:
+                raw[role]["harness"] = {"id": harness}
+    return raw
+
+
 def task_row(task, i: int) -> dict[str, Any]:
     """A vfrl dataset row for a verifiers Task: its prompt as chat messages, its answer when it has one."""
     data = task.data
@@ -140,16 +177,19 @@ class V1Environment(Environment):
 
         ensure_uv(env_id)
         self.vf = vf
-        raw = {"taskset": {"id": env_id, **(env_args or {})},
-               "agent": {"runtime": {"type": "subprocess"}, "harness": {"id": harness}}}
-        self.v1_env = vf.load_environment(vf.resolve_env_config(raw))
+        self.v1_env = vf.load_environment(vf.resolve_env_config(env_config(vf, env_id, env_args or {}, harness)))
         self.tasks = list(self.v1_env.taskset)
         super().__init__(dataset=[task_row(t, i) for i, t in enumerate(self.tasks)], env_id=env_id)
         self.renderer_model_name: str | None = None  # the base model (its tokenizer); found on /v1/models
+        self.renderer = None  # renderers' config (env.renderer); None: verifiers picks it from the model's name
         self._serving: tuple[asyncio.Task, asyncio.Event] | None = None
         self._loop = None
         self._lock: asyncio.Lock | None = None
         self._lock_loop = None
+
+    def use_renderer(self, spec: str | dict[str, Any]) -> None:
+        """Render prompts with this `renderers` renderer (a local fine-tune's path matches none by name)."""
+        self.renderer = renderer_config(self.env_id, spec)
 
     async def _open(self, client) -> None:
         """Open `env.serving()` once per event loop; find the base model whose tokenizer renders prompts.
@@ -194,7 +234,7 @@ class V1Environment(Environment):
         if known.get("top_k") == -1:
             known.pop("top_k")
         return vf.ModelContext(model=model, client=vf.TrainClientConfig(
-            base_url=str(client.base_url).rstrip("/"), api_key_var=API_KEY_VAR,
+            base_url=str(client.base_url).rstrip("/"), api_key_var=API_KEY_VAR, renderer=self.renderer,
             renderer_model_name=self.renderer_model_name), sampling=vf.SamplingConfig(**known))
 
     async def episode(self, client, model: str, row: dict[str, Any], sampling: dict[str, Any]) -> Rollout:

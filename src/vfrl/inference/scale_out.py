@@ -3,8 +3,9 @@
 verifiers 0.4's train client posts token ids to vLLM's `/inference/v1/generate`, which vLLM serves
 only with `--enable-scale-out`; and verifiers runs every agent as a uv script, so uv must be there.
 `inference.enable_scale_out = "auto"` (the default) turns the flag on when `env.id` names a module
-that is not a vfrl entry point and is a verifiers package: an installed distribution that requires
-`verifiers`, or a module/package whose source imports `verifiers`. Importing it would import
+that is not a vfrl entry point and is a verifiers 0.4 package: a module/package whose source imports
+`verifiers.v1` (one that imports only the classic `verifiers` runs on vfrl's own API: verifiers_compat.py),
+else an installed distribution that requires `verifiers`. Importing it would import
 verifiers (seconds) in the launcher and in vf-vllm for every run; reading its metadata does not.
 """
 
@@ -15,7 +16,7 @@ import shutil
 import sys
 from pathlib import Path
 
-IMPORTS_VERIFIERS = re.compile(r"^\s*(import verifiers|from verifiers[\s.])", re.MULTILINE)
+from vfrl.verifiers_compat import verifiers_api
 
 
 def find_uv() -> str | None:
@@ -24,7 +25,7 @@ def find_uv() -> str | None:
 
 
 def is_verifiers_package(env_id: str) -> bool:
-    """Does `env.id` name a verifiers package (rather than a vfrl environment)?"""
+    """Does `env.id` name a verifiers 0.4 package (rather than a vfrl environment or a classic verifiers one)?"""
     from importlib.metadata import PackageNotFoundError, distribution, entry_points, packages_distributions
     from importlib.util import find_spec
 
@@ -37,6 +38,9 @@ def is_verifiers_package(env_id: str) -> bool:
         return False
     if spec is None:
         return False
+    api = verifiers_api(module)  # its source says which verifiers: classic packages are vfrl's (verifiers_compat.py)
+    if api is not None:
+        return api == "v1"
     for dist in packages_distributions().get(module, []):
         try:
             requires = distribution(dist).requires or []
@@ -44,16 +48,6 @@ def is_verifiers_package(env_id: str) -> bool:
             continue
         if any(re.match(r"verifiers\b", r.strip()) for r in requires):
             return True
-    if spec.submodule_search_locations:
-        files = [p for loc in spec.submodule_search_locations for p in sorted(Path(loc).rglob("*.py"))][:200]
-    else:
-        files = [Path(spec.origin)] if spec.origin and spec.origin.endswith(".py") else []
-    for path in files:
-        try:
-            if IMPORTS_VERIFIERS.search(path.read_text(errors="replace")):
-                return True
-        except OSError:
-            continue
     return False
 
 

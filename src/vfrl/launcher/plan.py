@@ -255,18 +255,29 @@ def accelerate_config_file(name_or_path: str, workdir: Path) -> Path:
     return path
 
 
-def environment_problem(env_id: str) -> str | None:
-    """Is `env.id` loadable the way vf-train will load it (entry point, else module)? Without importing it."""
+def environment_problem(env_id: str, renderer: str | dict | None = None) -> str | None:
+    """Is `env.id` loadable the way vf-train will load it (entry point, else module), and its `env.renderer`
+    one it can use? Without importing it."""
     from importlib.metadata import entry_points
     from importlib.util import find_spec
 
+    from vfrl.inference.scale_out import is_verifiers_package, uv_problem
+
     names = sorted(ep.name for ep in entry_points(group="vfrl.environments"))
     module = env_id.replace("-", "_").split("/")[-1]
+    if renderer is not None:
+        if not is_verifiers_package(env_id):
+            return (f"env.renderer = {renderer!r} is for verifiers 0.4 packages, and '{env_id}' is not one (vLLM renders "
+                    f"its prompts with the model's chat template): remove env.renderer")
+        from vfrl.envs.verifiers_v1 import V1EnvironmentError, renderer_config
+
+        try:
+            renderer_config(env_id, renderer)
+        except V1EnvironmentError as e:
+            return str(e)
     if env_id in names or env_id.replace("_", "-") in names:
         return None
     if find_spec(module) is not None:
-        from vfrl.inference.scale_out import uv_problem
-
         return uv_problem(env_id)  # a verifiers 0.4 package runs its agents as uv scripts
     return (f'env.id = "{env_id}" is invalid: no such environment is installed (installed: '
             f'{", ".join(names) or "none"}); install it with `vf-install {env_id}` or `pip install -e environments/{module}`')

@@ -24,7 +24,7 @@ import torch
 from vfrl.config import RLConfig
 from vfrl.envs.daemon_pool import DaemonPool
 from vfrl.inference.endpoints import server_root
-from vfrl.envs.loader import load_environment
+from vfrl.envs.loader import load_configured_environment
 from vfrl.run_dir import RunDir, append_jsonl, set_aside_after
 from vfrl.trainer.advantages import reward_stats
 from vfrl.trainer.batch import TrainBatch, make_train_batch
@@ -115,7 +115,7 @@ class RLTrainer:
         self.reference = ReferencePolicy(self.model, config.model, self.args.use_lora) if self.args.beta > 0 else None
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         # ---- what it trains on, and where it pushes each version (weight_sync.py) ----
-        self.env = env if env is not None else load_environment(config.env.id, **config.env.args)
+        self.env = env if env is not None else load_configured_environment(config.env.id, config.env.args, config.env.renderer)
         paths = RunDir(run_dir)
         if self.ranks.is_main:
             paths.rollouts.mkdir(parents=True, exist_ok=True)

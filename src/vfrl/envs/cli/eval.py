@@ -182,6 +182,7 @@ def evaluate(
     sampling_args: Annotated[Optional[str], typer.Option("--sampling-args", "-S", help="""More sampling args as JSON, e.g. '{"top_p": 0.9, "seed": 0}'.""")] = None,
     env_args: Annotated[Optional[str], typer.Option("--env-args", "-a", help="""load_environment() keyword args as JSON, e.g. '{"num_eval_examples": 10}'.""")] = None,
     output: Annotated[Optional[Path], typer.Option("--output-dir", "-o", help="Folder for results.jsonl and metadata.json \\[default: outputs/evals/<env>--<model>/<timestamp>].")] = None,
+    renderer: Annotated[Optional[str], typer.Option("--renderer", help="""verifiers 0.4 packages: the `renderers` renderer for the prompts, a name (qwen3) or JSON ('{"name": "default", "tool_parser": "hermes"}') \\[default: found from the model's name].""")] = None,
     token_ids: Annotated[TokenIds, typer.Option("--token-ids", case_sensitive=False, help="Record vLLM's token ids and logprobs per rollout: 'on' needs vLLM, 'off' sends plain chat requests (any OpenAI-compatible server), 'auto' asks the server once and falls back to text with a notice.")] = TokenIds.auto,
 ) -> None:
     """Evaluate ENV_ID: N examples x R rollouts against the server; print the mean reward and each metric's mean.
@@ -193,6 +194,7 @@ def evaluate(
              "rollouts_per_example": rollouts_per_example, "max_concurrent": max_concurrent, "max_tokens": max_tokens,
              "temperature": temperature}
     job = resolve_job(env_id, given, env_args, sampling_args, output, token_ids)
+    job.renderer = parse_json_object(renderer, "--renderer") if renderer and renderer.lstrip().startswith("{") else renderer
     env = load_eval_environment(job)
     try:
         asyncio.run(run_job(job, env))
@@ -213,6 +215,7 @@ class EvalJob:
     output: Path | None
     token_ids: TokenIds
     split: str = "train"
+    renderer: str | dict[str, Any] | None = None  # a verifiers 0.4 package's renderer (env.renderer)
     n: int = 0  # examples to evaluate, known once the environment is loaded
 
 
@@ -241,10 +244,10 @@ def resolve_job(env_id: str, given: dict[str, Any], env_args: str | None, sampli
 
 def load_eval_environment(job: EvalJob):
     """The environment, and which split and how many examples of it the job evaluates (eval split if it has one)."""
-    from vfrl.envs.loader import EnvironmentLoadError, load_environment
+    from vfrl.envs.loader import EnvironmentLoadError, load_configured_environment
 
     try:
-        env = load_environment(job.env_id, **job.env_args)
+        env = load_configured_environment(job.env_id, job.env_args, job.renderer)
     except EnvironmentLoadError as e:  # one line: the package and the error (args refused, a raise, not an env)
         fail(PROG, str(e))
     data = env.eval_dataset if env.eval_dataset is not None else env.dataset

@@ -61,6 +61,48 @@ def keep_torch(tmp: Path) -> list[str]:
     return ["-c", str(constraint)]
 
 
+def pip(args: list[str], what: str) -> list[dict]:
+    """`pip install ARGS` into this Python; the items pip's report lists. A failure ends vf-install in one line
+    (pip's last messages above it)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        cmd = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--report", str(report),
+               *keep_torch(Path(tmp)), *args]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            errors = [line for line in done.stderr.splitlines() if line.strip() and "WARNING: Location" not in line]
+            sys.stderr.write("\n".join(errors[-15:]) + "\n")
+            fail(PROG, f"pip could not install {what} (pip exit code {done.returncode}; its messages are above)")
+        return json.loads(report.read_text()).get("install", [])
+
+
+def classic_verifiers_requirement(args: list[str], what: str) -> tuple[str, list[str]] | None:
+    """(its requirement, its other requirements) when the package requires a verifiers older than 0.4 (the
+    classic API: verifiers 0.3 needs mcp < 2, vLLM mcp >= 2, so they cannot share this Python); vfrl runs
+    such packages with its own API (vfrl/verifiers_compat.py). None otherwise. pip resolves the package
+    alone, without installing it, to read its requirements."""
+    from packaging.requirements import Requirement
+
+    items = pip(["--dry-run", "--no-deps", "--ignore-installed", *args], what)
+    requested = [i for i in items if i.get("requested")] or items
+    if not requested:
+        return None
+    try:
+        have = metadata_version("verifiers")
+    except PackageNotFoundError:
+        have = "0.4.0"
+    needed, verifiers = [], None
+    for line in requested[0]["metadata"].get("requires_dist") or []:
+        req = Requirement(line)
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue  # an optional extra's, or another platform's
+        if req.name.lower() == "verifiers" and not req.specifier.contains(have, prereleases=True):
+            verifiers = line
+        else:
+            needed.append(line)
+    return (verifiers, needed) if verifiers else None
+
+
 def provided_environments(dist_names: set[str]) -> list[str]:
     norm = {re.sub(r"[-_.]+", "-", n).lower() for n in dist_names}
     return sorted(
@@ -81,17 +123,17 @@ def install(
     if (name is None) == (path is None):
         fail(PROG, "give an environment NAME or --path PATH (one of them), e.g. `vf-install reverse-text`")
     args, source = pip_target(name, path, editable)
-    with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "report.json"
-        cmd = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--report", str(report),
-               *(["--no-deps"] if no_deps else []), *keep_torch(Path(tmp)), *args]
-        typer.echo(f"{PROG}: pip install {' '.join(args)}  (into {sys.prefix})")
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            errors = [line for line in done.stderr.splitlines() if line.strip() and "WARNING: Location" not in line]
-            sys.stderr.write("\n".join(errors[-15:]) + "\n")
-            fail(PROG, f"pip could not install {name or path} from {source} (pip exit code {done.returncode}; its messages are above)")
-        items = json.loads(report.read_text()).get("install", [])
+    typer.echo(f"{PROG}: pip install {' '.join(args)}  (into {sys.prefix})")
+    what = f"{name or path} from {source}"
+    classic = None if no_deps else classic_verifiers_requirement(args, what)
+    if classic is None:
+        items = pip([*(["--no-deps"] if no_deps else []), *args], what)
+    else:  # the package without its verifiers requirement, then its other requirements
+        requirement, needed = classic
+        typer.echo(f"{PROG}: it requires {requirement} (verifiers' classic API), which cannot share this Python with "
+                   f"vLLM; vfrl runs classic packages with its own API, so that requirement is left out")
+        items = pip(["--no-deps", *args], what)
+        items += [{**i, "requested": False} for i in (pip(needed, f"the requirements of {what}") if needed else [])]
     if not items:
         typer.echo(f"{PROG}: {name} is already installed; nothing changed")
         return

@@ -1,0 +1,96 @@
+"""Which verifiers API a package is written against, and classic (<= 0.3) packages loaded unchanged.
+
+verifiers 0.4 dropped the classic API (its root package holds only `verifiers.v1`), and verifiers 0.3
+cannot share a Python with vLLM (it needs mcp < 2, vLLM mcp >= 2). vfrl has the classic names and module
+paths (vfrl/envs/classic.py; docs/environments.md, "Porting from verifiers"), so a classic package runs on
+vfrl once its `import verifiers as vf` reads `import vfrl as vf`. Rather than asking the user to edit the
+package, vfrl's loader reads it that way: when `env.id` names a module whose source imports verifiers but
+never `verifiers.v1`, that module and its submodules are compiled from their source with their verifiers
+imports pointed at vfrl (the lines the port guide tells a user to change, nothing else; the files on disk
+and every other module's `verifiers` stay as they are).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+IMPORTS_VERIFIERS = re.compile(r"^\s*(import verifiers|from verifiers[\s.])", re.MULTILINE)
+IMPORTS_V1 = re.compile(r"^\s*(import verifiers\.v1|from verifiers\.v1[\s.]|from verifiers import v1\b)", re.MULTILINE)
+# a classic package's verifiers imports, read as vfrl's: `import verifiers as vf`, `from verifiers.x import y`,
+# `import verifiers`
+TO_VFRL = [(re.compile(r"^(\s*)import verifiers as (\w+)", re.MULTILINE), r"\1import vfrl as \2"),
+           (re.compile(r"^(\s*)from verifiers(\.|\s)", re.MULTILINE), r"\1from vfrl\2"),
+           (re.compile(r"^(\s*)import verifiers\s*$", re.MULTILINE), r"\1import vfrl as verifiers")]
+
+
+def module_sources(module: str) -> list[Path]:
+    """The .py files of an importable module or package (200 at most), found without importing it."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return []
+    if spec is None:
+        return []
+    if spec.submodule_search_locations:
+        return [p for loc in spec.submodule_search_locations for p in sorted(Path(loc).rglob("*.py"))][:200]
+    return [Path(spec.origin)] if spec.origin and spec.origin.endswith(".py") else []
+
+
+def verifiers_api(module: str) -> str | None:
+    """Which verifiers API a module's source is written against: "v1" (0.4), "classic" (<= 0.3), or None."""
+    texts = []
+    for path in module_sources(module):
+        try:
+            texts.append(path.read_text(errors="replace"))
+        except OSError:
+            continue
+    if any(IMPORTS_V1.search(t) for t in texts):
+        return "v1"
+    if any(IMPORTS_VERIFIERS.search(t) for t in texts):
+        return "classic"
+    return None
+
+
+def as_vfrl(source: str) -> str:
+    for pattern, replacement in TO_VFRL:
+        source = pattern.sub(replacement, source)
+    return source
+
+
+class ClassicSourceLoader(importlib.machinery.SourceFileLoader):
+    """Compiles a classic package's module from its source with the verifiers imports read as vfrl's; never
+    from or into __pycache__ (that bytecode would serve a plain import of the same file)."""
+
+    def get_code(self, fullname):
+        path = self.get_filename(fullname)
+        source = importlib.util.decode_source(self.get_data(path))
+        return compile(as_vfrl(source), path, "exec", dont_inherit=True)
+
+
+class ClassicPackageFinder(importlib.abc.MetaPathFinder):
+    """Finds `package` and its submodules as the other finders do, and loads their .py files with
+    ClassicSourceLoader."""
+
+    def __init__(self, package: str):
+        self.package = package
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.package and not fullname.startswith(self.package + "."):
+            return None
+        spec = next((found for finder in sys.meta_path if not isinstance(finder, ClassicPackageFinder)
+                     and hasattr(finder, "find_spec") and (found := finder.find_spec(fullname, path, target))), None)
+        if spec is None or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
+            return spec  # whoever else finds it (sys.path, an editable install's finder) and loads it as usual
+        spec.loader = ClassicSourceLoader(fullname, spec.origin)
+        return spec
+
+
+def load_classic_as_vfrl(package: str) -> None:
+    """Every later import of `package` (and its submodules) in this process reads it against vfrl's API."""
+    if not any(isinstance(f, ClassicPackageFinder) and f.package == package for f in sys.meta_path):
+        sys.meta_path.insert(0, ClassicPackageFinder(package))
