@@ -331,6 +331,11 @@ GOLDEN_CASES = {
         "--slurm.gpus_per_node", "8", "--slurm.partition", "gpu", "--slurm.account", "rl-team",
         "--slurm.time", '"04:00:00"', "--slurm.extra_sbatch", '["--qos=high"]')),
     "dry_run_slurm_cpu": (Machine(0, 2), GOLDEN_CONFIG, ("--slurm",)),
+    # vLLM on node 0, trainer.nodes = 2 on nodes 1 and 2: one srun step, each task's node rank from Slurm
+    "dry_run_slurm_3x8gpu_2trainer_nodes": (Machine(0, 4), GOLDEN_CONFIG, (
+        "--slurm", "--inference.gpus", "8", "--inference.args.tensor_parallel_size", "1", "--trainer.gpus", "8",
+        "--trainer.nodes", "2", "--trainer.args.batch_size", "128", "--slurm.gpus_per_node", "8",
+        "--slurm.partition", "gpu")),
 }
 
 

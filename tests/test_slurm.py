@@ -57,12 +57,70 @@ def test_a_login_node_without_gpus_writes_a_cpu_job_and_says_so():
     ({"inference": {"gpus": 4}, "trainer": {"gpus": 16}, "slurm": {"gpus_per_node": 8}}, "trainer.gpus"),
     ({"inference": {"gpus": 8, "share_gpus": "always"}, "trainer": {"gpus": 8}, "slurm": {"gpus_per_node": 8}},
      "inference.share_gpus"),
-    ({"trainer": {"nodes": 2}}, "trainer.nodes"),
+    ({"inference": {"gpus": 4, "share_gpus": "always"}, "trainer": {"gpus": 4, "nodes": 2},
+      "slurm": {"gpus_per_node": 8}}, "inference.share_gpus"),
 ])
 def test_a_job_the_nodes_cannot_hold_is_refused_before_anything_is_written(tables, key):
     with pytest.raises(PlanError) as e:
         slurm.layout(config(**tables), LOGIN_NODE)
     assert e.value.key == key
+
+
+def test_trainer_nodes_get_a_node_each_after_vllms():
+    cfg = config(inference={"gpus": 4}, trainer={"gpus": 8, "nodes": 2}, slurm={"gpus_per_node": 8})
+    lay = slurm.layout(cfg, LOGIN_NODE)  # vLLM alone on node 0 even where it would fit beside node rank 0
+    assert (lay.nodes, lay.inference_node, lay.trainer_nodes) == (3, True, 2)
+    remote = config(inference={"base_url": "http://vllm-host:8000/v1"}, trainer={"gpus": 4, "nodes": 4},
+                    slurm={"gpus_per_node": 8})
+    lay = slurm.layout(remote, LOGIN_NODE)
+    assert (lay.nodes, lay.inference_node, lay.trainer_nodes) == (4, False, 4)
+
+
+def multi_node_job(tmp_path, **trainer):
+    cfg = config(inference={"gpus": 8}, trainer={"gpus": 8, "nodes": 2, **trainer},
+                 slurm={"gpus_per_node": 8})
+    lay = slurm.layout(cfg, LOGIN_NODE)
+    plan = make_plan(cfg, tmp_path / "run", "s", slurm.node_machine(cfg, lay, LOGIN_NODE), ROOT, nodes_from_job=True)
+    slurm.place(plan, lay)
+    return plan, lay
+
+
+def test_trainer_nodes_are_one_srun_step_whose_tasks_learn_their_node_rank_from_slurm(tmp_path):
+    """The trainer's pane script is the same on every node: its accelerate flags read the node rank
+    (SLURM_PROCID of the step's one task per node) and node rank 0's address (the job script's export) from
+    the shell there; vf-rl prints no per-node commands, and only node rank 0 records the run's end."""
+    from vfrl.launcher.cli import launch
+
+    plan, lay = multi_node_job(tmp_path)
+    script = slurm.sbatch_script(plan, lay, ROOT).splitlines()
+    assert "#SBATCH --nodes=3" in script and "#SBATCH --gpus-per-node=8" in script
+    assert 'export VFRL_TRAINER_MAIN_ADDRESS="${nodes[1]}"  # trainer node rank 0: the others meet it there' in script
+    assert (f"srun --nodes=2 --ntasks=2 --ntasks-per-node=1 --relative=1 bash {tmp_path}/run/trainer.sh  "
+            f"# one task per node, SLURM_PROCID = its node rank") in script
+    assert f'srun --nodes=1 --ntasks=1 -w "${{nodes[0]}}" bash {tmp_path}/run/inference.sh &' in script
+    assert not any("trainer node rank 1:" in n for n in plan.notes) and plan.config.trainer.main_address is None
+    launch(None, plan, tmp_path / "cfg.toml", tmp_path / "run", ROOT)
+    pane = (tmp_path / "run" / "trainer.sh").read_text()
+    command = next(line for line in pane.splitlines() if "vf-train" in line).split(" 2>&1 |")[0]
+    assert '--machine-rank "$SLURM_PROCID"' in command and '--main-process-ip "$VFRL_TRAINER_MAIN_ADDRESS"' in command
+    # what bash makes of that line on node rank 1: the words accelerate gets
+    words = subprocess.run(["bash", "-c", "printf '%s\\n' " + command.split(" ", 1)[1]], capture_output=True, text=True,
+                           env={**os.environ, "SLURM_PROCID": "1", "VFRL_TRAINER_MAIN_ADDRESS": "gpu-node-7"},
+                           check=True).stdout.splitlines()
+    flag = lambda name: words[words.index(name) + 1]  # noqa: E731
+    assert (flag("--num-machines"), flag("--machine-rank"), flag("--num-processes")) == ("2", "1", "16")
+    assert (flag("--main-process-ip"), flag("--main-process-port")) == ("gpu-node-7", "29500")
+    epilogue = pane.split(" 2>&1 |", 1)[1].splitlines()
+    assert epilogue[1] == '[ "$SLURM_PROCID" = 0 ] || exit $code  # trainer node ranks > 0: node rank 0 records the end'
+    done = subprocess.run(["bash", "-c", "code=3; " + "; ".join(epilogue[1:3])], capture_output=True, text=True,
+                          env={**os.environ, "SLURM_PROCID": "1"})
+    assert done.returncode == 3 and not (tmp_path / "run" / "trainer.exitcode").exists()
+
+
+def test_a_named_main_address_is_used_as_it_is(tmp_path):
+    plan, _ = multi_node_job(tmp_path, main_address="10.1.2.3")
+    command = plan.trainer.command
+    assert command[command.index("--main-process-ip") + 1] == "10.1.2.3"
 
 
 def test_the_sbatch_script_runs_the_pane_scripts_and_records_the_job(tmp_path):

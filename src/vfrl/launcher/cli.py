@@ -32,7 +32,7 @@ from vfrl.launcher.overrides import parse_overrides
 from vfrl.launcher.pane_env import write_environment
 from vfrl.launcher.plan import (
     Machine, PlanError, detect_machine, environment_problem, inference_epilogue, make_plan, model_problem, network_notice,
-    pane_script, render_plan, trainer_epilogue,
+    pane_script, render_plan,
 )
 from vfrl.run_dir import RunDir
 from vfrl.trainer.failure import RESUME_COMMAND_ENV
@@ -176,7 +176,7 @@ def run_as_slurm_job(ctx: typer.Context, cfg: RLConfig, config_path: Path, resum
     run_dir = run_dir_for(cfg, config_path, resume, dry_run)
     workdir, machine = Path.cwd(), slurm.node_machine(cfg, lay, here)
     try:
-        plan = make_plan(cfg, run_dir, cfg.args.run_name, machine, workdir)
+        plan = make_plan(cfg, run_dir, cfg.args.run_name, machine, workdir, nodes_from_job=lay.trainer_nodes > 1)
     except PlanError as e:
         fail(f"{config_path}: {e}")
     slurm.place(plan, lay)
@@ -309,9 +309,7 @@ def launch(srv, plan, config_path: Path, run_dir: Path, workdir: Path) -> None:
     paths.api_key.write_text(key)
     if plan.inference is not None:
         plan.inference.script.write_text(pane_script(plan.inference, run_dir, workdir, inference_epilogue(run_dir)))
-    plan.trainer.script.write_text(pane_script(plan.trainer, run_dir, workdir,
-                                               trainer_epilogue(run_dir, remote=inference.base_url,
-                                                                elsewhere=plan.inference_elsewhere)))
+    plan.trainer.script.write_text(pane_script(plan.trainer, run_dir, workdir, plan.trainer_epilogue()))
     if srv is not None:
         tmux.start_session(srv, plan, workdir)
 

@@ -98,6 +98,15 @@ class Plan:
     # vLLM on another node than the trainer (a Slurm job's node 0, launcher/slurm.py): where, in words; its
     # pid means nothing on the trainer's node, so the trainer's epilogue leaves it to the job script
     inference_elsewhere: str | None = None
+    # trainer nodes started by a Slurm job step (launcher/slurm.py): each node's rank and the main address come
+    # from the job at run time, so the trainer's pane script reads them from the shell; only node rank 0 records
+    # the run's end
+    job_node_rank: str | None = None
+
+    def trainer_epilogue(self) -> list[str]:
+        """What the trainer's pane script runs after the trainer, for this plan (see trainer_epilogue)."""
+        return trainer_epilogue(self.run_dir, remote=self.config.inference.base_url, elsewhere=self.inference_elsewhere,
+                                node_rank=self.job_node_rank)
 
     @property
     def shared_devices(self) -> list[str]:
@@ -303,9 +312,24 @@ def model_problem(model: str, workdir: Path) -> str | None:
     return f'model = "{model}" is invalid: no such folder (from {workdir}){hint}'
 
 
+class ShellWord(str):
+    """A word of a pane's command the script leaves to the shell (`"$SLURM_PROCID"`): known only where it runs."""
+
+
+def shell_join(words: list[str]) -> str:
+    return " ".join(w if isinstance(w, ShellWord) else shlex.quote(w) for w in words)
+
+
+# trainer.nodes > 1 under --slurm: one srun task per trainer node (slurm.py), which learns its node rank from
+# Slurm and the address of node rank 0 from the job script
+JOB_NODE_RANK = ShellWord('"$SLURM_PROCID"')
+JOB_MAIN_ADDRESS_ENV = "VFRL_TRAINER_MAIN_ADDRESS"
+
+
 def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, workdir: Path | None = None,
-              environ: Mapping[str, str] | None = None) -> Plan:
-    """`environ`: where a Slurm job's node list is read from (default: this process's environment)."""
+              environ: Mapping[str, str] | None = None, nodes_from_job: bool = False) -> Plan:
+    """`environ`: where a Slurm job's node list is read from (default: this process's environment).
+    `nodes_from_job`: the trainer's nodes are a Slurm job step's tasks (--slurm with trainer.nodes > 1)."""
     workdir = workdir or Path.cwd()
     run_dir = run_dir.resolve()
     paths = RunDir(run_dir)
@@ -355,10 +379,17 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
             tr_env[TRAINER_CORES_ENV] = f"{rest[0]}-{rest[-1]}" if len(rest) > 1 else str(rest[0])
     inf_cmd = [console_script("vf-vllm"), "@", str(config_file), "--pid-file", str(paths.inference_pid)]
     processes = len(tr_dev) or cfg.trainer.processes or 1  # trainer GPUs, else trainer.processes CPU processes
-    if cfg.trainer.nodes > 1 and cfg.trainer.main_address is None:
+    from_job = nodes_from_job and cfg.trainer.nodes > 1
+    if cfg.trainer.nodes > 1 and cfg.trainer.main_address is None and not from_job:
         cfg.trainer.main_address = main_address(os.environ if environ is None else environ)
-    tr_cmd = trainer_command(cfg, processes, bool(tr_dev), tr_env, machine, workdir, config_file)
-    notes += node_notes(cfg, processes, bool(tr_dev), machine, workdir, config_file)
+    if from_job:
+        address = (ShellWord(f'"${JOB_MAIN_ADDRESS_ENV}"') if cfg.trainer.main_address is None
+                   else cfg.trainer.main_address)
+        tr_cmd = trainer_command(cfg, processes, bool(tr_dev), tr_env, machine, workdir, config_file,
+                                 node_rank=JOB_NODE_RANK, address=address)
+    else:
+        tr_cmd = trainer_command(cfg, processes, bool(tr_dev), tr_env, machine, workdir, config_file)
+        notes += node_notes(cfg, processes, bool(tr_dev), machine, workdir, config_file)
     return Plan(
         run_dir=run_dir, session=session, device="cuda" if use_gpu else "cpu",
         inference_devices=inf_dev, trainer_devices=tr_dev,
@@ -367,20 +398,23 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
         trainer=PanePlan("Trainer", paths.pane_script("trainer"), tr_env, tr_cmd, paths.log("trainer")),
         metrics=PanePlan("Metrics", paths.pane_script("trainer"), {}, [console_script("vf-rl"), "watch", str(run_dir)]),
         config=cfg, tensor_parallel=tp, data_parallel=dp, trainer_processes=processes, memory=memory, notes=notes,
+        job_node_rank=JOB_NODE_RANK if from_job else None,
     )
 
 
 def trainer_command(cfg: RLConfig, processes: int, on_gpus: bool, tr_env: dict[str, str], machine: Machine,
-                    workdir: Path, config_file: Path, node_rank: int = 0) -> list[str]:
+                    workdir: Path, config_file: Path, node_rank: int | ShellWord = 0,
+                    address: str | None = None) -> list[str]:
     """vf-train alone, or under accelerate launch for several processes (GPUs, or CPU ranks: sets their env).
 
-    `processes`: on each node; with trainer.nodes > 1 this is the command of node `node_rank` (0: vf-rl's own)."""
+    `processes`: on each node; with trainer.nodes > 1 this is the command of node `node_rank` (0: vf-rl's own),
+    meeting the others at `address` (default trainer.main_address)."""
     total = processes * cfg.trainer.nodes
     if total > 1 and on_gpus:
         # the vf-train console script is a Python file: accelerate runs it in each process
         return [console_script("accelerate"), "launch", "--config-file",
                 str(accelerate_config_file(cfg.trainer.accelerate_config, workdir)), "--num-processes", str(total),
-                *(rendezvous_flags(cfg, node_rank) if cfg.trainer.nodes > 1 else []),
+                *(rendezvous_flags(cfg, node_rank, address) if cfg.trainer.nodes > 1 else []),
                 console_script("vf-train"), "@", str(config_file)]
     if total > 1:
         # CPU processes (trainer.processes): accelerate's torchrun launcher (its --cpu flag would need mpirun);
@@ -388,12 +422,12 @@ def trainer_command(cfg: RLConfig, processes: int, on_gpus: bool, tr_env: dict[s
         tr_env["ACCELERATE_USE_CPU"] = "true"
         tr_env["OMP_NUM_THREADS"] = str(max(1, int(tr_env.get("OMP_NUM_THREADS", machine.cpus)) // processes))
         return [console_script("accelerate"), "launch", "--multi-gpu", "--num-processes", str(total),
-                "--mixed-precision", "no", "--dynamo-backend", "no", *rendezvous_flags(cfg, node_rank),
+                "--mixed-precision", "no", "--dynamo-backend", "no", *rendezvous_flags(cfg, node_rank, address),
                 console_script("vf-train"), "@", str(config_file)]
     return [console_script("vf-train"), "@", str(config_file)]
 
 
-def rendezvous_flags(cfg: RLConfig, node_rank: int) -> list[str]:
+def rendezvous_flags(cfg: RLConfig, node_rank: int | ShellWord, address: str | None = None) -> list[str]:
     """accelerate launch's flags that gather the trainer processes. One node: a free port (runs side by side).
     Several: node `node_rank` meets the others at trainer.main_address:main_port; accelerate turns these into
     torchrun's --nnodes, --node-rank and rendezvous endpoint, with --num-processes (all nodes together) divided
@@ -401,11 +435,13 @@ def rendezvous_flags(cfg: RLConfig, node_rank: int) -> list[str]:
     t = cfg.trainer
     if t.nodes == 1:
         return ["--num-machines", "1", "--main-process-port", "0"]
-    if t.main_address is None:
+    address = address or t.main_address
+    if address is None:
         raise ValueError("trainer.main_address is not resolved yet (make_plan sets it with main_address())")
-    if not 0 <= node_rank < t.nodes:
+    if isinstance(node_rank, int) and not 0 <= node_rank < t.nodes:
         raise ValueError(f"node rank {node_rank} is not one of trainer.nodes = {t.nodes} (0..{t.nodes - 1})")
-    return ["--num-machines", str(t.nodes), "--machine-rank", str(node_rank), "--main-process-ip", t.main_address,
+    rank = node_rank if isinstance(node_rank, ShellWord) else str(node_rank)
+    return ["--num-machines", str(t.nodes), "--machine-rank", rank, "--main-process-ip", address,
             "--main-process-port", str(t.main_port)]
 
 
@@ -497,7 +533,7 @@ def pane_script(pane: PanePlan, run_dir: Path, workdir: Path, after: list[str] =
     lines.append(f'export VFRL_API_KEY="$(cat {shlex.quote(str(RunDir(run_dir).api_key))})"')
     # tee ignores SIGTERM too: a Slurm job's scancel sends it to every process, and the log must keep the
     # command's last words (a SIGTERM stops vf-train like Ctrl-C)
-    lines.append(f"{shlex.join(pane.command)} 2>&1 | (trap '' TERM; exec tee -i -a {shlex.quote(str(pane.log))}); "
+    lines.append(f"{shell_join(pane.command)} 2>&1 | (trap '' TERM; exec tee -i -a {shlex.quote(str(pane.log))}); "
                  f"code=${{PIPESTATUS[0]}}")
     lines += list(after)
     lines.append("exit $code")
@@ -517,7 +553,7 @@ def inference_epilogue(run_dir: Path) -> list[str]:
 
 
 def trainer_epilogue(run_dir: Path, grace_s: int = 30, remote: str | None = None,
-                     elsewhere: str | None = None) -> list[str]:
+                     elsewhere: str | None = None, node_rank: str | None = None) -> list[str]:
     """After the trainer: record its exit code (atomically), then stop vf-rl's inference server and wait for it.
 
     vLLM shuts its engine and workers down on SIGTERM; if it has not within `grace_s` (seen on a loaded
@@ -525,10 +561,12 @@ def trainer_epilogue(run_dir: Path, grace_s: int = 30, remote: str | None = None
     its VLLM::Worker orphaned (clean-clone CI), holding the inference pane open.
     A `remote` server (inference.base_url) is not vf-rl's: it is left running. A server `elsewhere` (another
     node of a Slurm job) is stopped by whoever started it there: its pid means nothing on this node.
+    With `node_rank` (a Slurm job step's trainer nodes), the other node ranks just leave: node rank 0 records.
     """
     paths = RunDir(run_dir)
     q = lambda p: shlex.quote(str(p))  # noqa: E731
-    done = [
+    others = [f'[ {node_rank} = 0 ] || exit $code  # trainer node ranks > 0: node rank 0 records the end'] if node_rank else []
+    done = others + [
         record_exit_code(run_dir, "trainer"),
         f"rm -f {q(paths.api_key)} {q(paths.environment)}  # both panes read them at start",
     ]
@@ -565,13 +603,15 @@ def render_plan(plan: Plan, workdir: Path, machine: Machine, socket_name: str | 
         if plan.shared_devices:
             devices += f"; shared by both: {','.join(plan.shared_devices)}"
         if plan.inference_elsewhere:
-            devices += f"; vLLM on {plan.inference_elsewhere}, the trainer on a node of its own"
+            devices += f"; vLLM on {plan.inference_elsewhere}, the trainer on " + (
+                "nodes of its own" if plan.config.trainer.nodes > 1 else "a node of its own")
     else:
         devices = (f"no GPU in use: inference on cores {plan.inference.env['VLLM_CPU_OMP_THREADS_BIND']}, "
                    f"trainer with {plan.trainer.env['OMP_NUM_THREADS']} thread(s)"
                    + (f" x {plan.trainer_processes} processes" if plan.trainer_processes > 1 else ""))
     if (nodes := plan.config.trainer.nodes) > 1:
-        devices += f"; this machine is trainer node rank 0 of {nodes}"
+        devices += (f"; {nodes} trainer nodes, each this plan's trainer, a task of one srun step" if plan.job_node_rank
+                    else f"; this machine is trainer node rank 0 of {nodes}")
     gpus = f"{machine.gpus} GPU(s)"
     if machine.gpu_ids and machine.gpu_ids != tuple(str(i) for i in range(machine.gpus)):
         gpus += f" (CUDA_VISIBLE_DEVICES={','.join(machine.gpu_ids)})"
@@ -601,8 +641,7 @@ def render_plan(plan: Plan, workdir: Path, machine: Machine, socket_name: str | 
         f"vLLM endpoint:  http://{inference.host}:{inference.port}/v1"
         + (" (port 0: a free port is picked at launch)" if inference.port == 0 else ""),
     ]
-    panes = [(plan.trainer, trainer_epilogue(plan.run_dir, remote=inference.base_url,
-                                             elsewhere=plan.inference_elsewhere))]
+    panes = [(plan.trainer, plan.trainer_epilogue())]
     if plan.inference is not None:
         panes.insert(0, (plan.inference, inference_epilogue(plan.run_dir)))
     for pane, after in panes:

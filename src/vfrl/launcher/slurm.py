@@ -5,7 +5,11 @@
     two nodes (they do not fit: 2 x 8 GPUs for 8 + 8)
       node 0   srun -w node0 bash inference.sh &            vLLM on all of node 0, listening on the network
       node 1   srun -w node1 bash trainer.sh                the trainer, VFRL_INFERENCE_URL = http://node0:port/v1
-    inference.base_url (a server vf-rl did not start): one node, the trainer alone
+    1 + N nodes (trainer.nodes = N > 1)
+      node 0       srun -w node0 bash inference.sh &        vLLM, as above
+      nodes 1..N   srun --nodes=N --relative=1 bash trainer.sh   one task per node: node rank = SLURM_PROCID,
+                                                            rendezvous at node 1 (VFRL_TRAINER_MAIN_ADDRESS)
+    inference.base_url (a server vf-rl did not start): the trainer's node(s) alone
 
 The job's id goes to <run_dir>/slurm.jobid; `vf-rl status/stop/logs RUN_DIR` read it (squeue, scancel).
 The logs are the panes' own (<run_dir>/logs/) plus Slurm's output of the batch script (logs/slurm-<id>.out).
@@ -22,7 +26,7 @@ from pathlib import Path
 
 from vfrl.config import RLConfig
 from vfrl.launcher import procs
-from vfrl.launcher.plan import Machine, Plan, PlanError, network_notice
+from vfrl.launcher.plan import JOB_MAIN_ADDRESS_ENV, Machine, Plan, PlanError, network_notice
 from vfrl.run_dir import RunDir
 
 INFERENCE_URL_ENV = "VFRL_INFERENCE_URL"  # vf-train's --base-url: a server on another node of the job
@@ -34,6 +38,7 @@ class Layout:
     nodes: int
     gpus_per_node: int
     inference_node: bool  # vLLM has a node of its own (node 0); else it shares node 0 with the trainer, or is remote
+    trainer_nodes: int = 1  # the trainer's nodes (trainer.nodes), after vLLM's
 
 
 def layout(cfg: RLConfig, here: Machine) -> Layout:
@@ -43,21 +48,19 @@ def layout(cfg: RLConfig, here: Machine) -> Layout:
     remote = inf.base_url is not None
     need = tr.gpus + (0 if remote else inf.gpus)
     per_node = here.gpus if s.gpus_per_node is None else s.gpus_per_node
-    if tr.nodes > 1:
-        raise PlanError("trainer.nodes", tr.nodes, "--slurm runs the trainer on one node so far; start a multi-node "
-                        "trainer with the per-node commands vf-rl prints without --slurm (docs/scaling.md)")
-    if per_node == 0:
-        return Layout(nodes=1, gpus_per_node=0, inference_node=False)
-    if remote or need <= per_node:
+    if tr.nodes == 1 and (per_node == 0 or remote or need <= per_node):
         return Layout(nodes=1, gpus_per_node=per_node, inference_node=False)
-    for key, gpus in (("inference.gpus", inf.gpus), ("trainer.gpus", tr.gpus)):
-        if gpus > per_node:
-            raise PlanError(key, gpus, f"more than slurm.gpus_per_node = {per_node}: vLLM and the trainer each get one "
+    for key, gpus in (("inference.gpus", 0 if remote else inf.gpus), ("trainer.gpus", tr.gpus)):
+        if per_node and gpus > per_node:
+            raise PlanError(key, gpus, f"more than slurm.gpus_per_node = {per_node}: vLLM and each trainer node get one "
                             f"node of the job at most; lower {key} or raise slurm.gpus_per_node")
-    if inf.share_gpus == "always":
-        raise PlanError("inference.share_gpus", '"always"', f"inference.gpus + trainer.gpus = {need} do not fit on one "
-                        f"node of slurm.gpus_per_node = {per_node}; raise gpus_per_node or lower the GPU counts")
-    return Layout(nodes=2, gpus_per_node=per_node, inference_node=True)
+    if not remote and inf.share_gpus == "always":
+        why = (f"trainer.nodes = {tr.nodes}: vLLM gets a node of its own" if tr.nodes > 1 else
+               f"inference.gpus + trainer.gpus = {need} do not fit on one node of slurm.gpus_per_node = {per_node}")
+        raise PlanError("inference.share_gpus", '"always"', f"{why}; raise gpus_per_node or lower the GPU counts, or "
+                        f"set inference.share_gpus = \"auto\"")
+    return Layout(nodes=tr.nodes + (not remote), gpus_per_node=per_node, inference_node=not remote,
+                  trainer_nodes=tr.nodes)
 
 
 def node_machine(cfg: RLConfig, lay: Layout, here: Machine) -> Machine:
@@ -112,21 +115,29 @@ def sbatch_script(plan: Plan, lay: Layout, workdir: Path) -> str:
             f"cd {q(workdir)}",
             f'echo "$SLURM_JOB_ID" > {q(plan.run_dir / JOB_ID_FILE)}']
     trainer, inference = q(plan.trainer.script), plan.inference and q(plan.inference.script)
-    if not lay.inference_node:
+    if not lay.inference_node and lay.trainer_nodes == 1:
         if inference:
             body.append(f"bash {inference} &")
         body += [f"bash {trainer}", "code=$?", "wait  # the trainer's pane script stops the server", "exit $code"]
         return "\n".join(head + [""] + body) + "\n"
-    port = cfg.inference.port
-    body += ['nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))',
-             f'export {INFERENCE_URL_ENV}="http://${{nodes[0]}}:{port}/v1"  # vf-train reads it as --base-url',
-             f'srun --nodes=1 --ntasks=1 -w "${{nodes[0]}}" bash {inference} &',
-             "inference=$!",
-             f'srun --nodes=1 --ntasks=1 -w "${{nodes[1]}}" bash {trainer}',
-             "code=$?",
-             'kill -TERM "$inference" 2>/dev/null  # srun hands it to vf-vllm on node 0',
-             "wait",
-             "exit $code"]
+    body.append('nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))')
+    first = 1 if lay.inference_node else 0  # the trainer's first node
+    if lay.inference_node:
+        body += [f'export {INFERENCE_URL_ENV}="http://${{nodes[0]}}:{cfg.inference.port}/v1"  # vf-train reads it as '
+                 f'--base-url',
+                 f'srun --nodes=1 --ntasks=1 -w "${{nodes[0]}}" bash {inference} &',
+                 "inference=$!"]
+    if lay.trainer_nodes > 1:
+        n = lay.trainer_nodes
+        body += [f'export {JOB_MAIN_ADDRESS_ENV}="${{nodes[{first}]}}"  # trainer node rank 0: the others meet it there',
+                 f"srun --nodes={n} --ntasks={n} --ntasks-per-node=1 --relative={first} bash {trainer}  "
+                 f"# one task per node, SLURM_PROCID = its node rank"]
+    else:
+        body.append(f'srun --nodes=1 --ntasks=1 -w "${{nodes[{first}]}}" bash {trainer}')
+    body.append("code=$?")
+    if lay.inference_node:
+        body.append('kill -TERM "$inference" 2>/dev/null  # srun hands it to vf-vllm on node 0')
+    body += ["wait", "exit $code"]
     return "\n".join(head + [""] + body) + "\n"
 
 
