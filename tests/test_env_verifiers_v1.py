@@ -19,7 +19,7 @@ import pytest
 from vfrl.envs.verifiers_v1 import DroppedEpisode, episode_rollout
 from vfrl.inference.scale_out import find_uv, is_verifiers_package
 
-from conftest import BIN, tmux_socket
+from conftest import BIN
 
 PKGS = Path(__file__).parent / "v1_pkgs"
 sys.path.insert(0, str(PKGS))

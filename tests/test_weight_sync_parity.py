@@ -6,7 +6,6 @@ other test asks for."""
 import asyncio
 
 import pytest
-import torch
 
 from conftest import max_logprob_gap, trained_like_adapter
 
