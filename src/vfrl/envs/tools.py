@@ -27,7 +27,7 @@ from vfrl.envs.multiturn import MultiTurnEnv
 from vfrl.envs.sampling import parse_tool_calls
 
 # not asyncio.to_thread: a tool that hangs would hold one of the default executor's few threads for good,
-# the trainer's own to_thread calls wait on the same threads, and the rollout time limit abandons it
+# other to_thread calls wait on the same threads, and the rollout time limit abandons it
 SYNC_TOOLS = DaemonPool("tool", size=16)
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object", list: "array"}
 
