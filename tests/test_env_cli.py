@@ -151,6 +151,17 @@ def test_install_from_a_wheel_file_and_from_a_git_url(tmp_path):
         sys.modules.pop(name.replace("-", "_"), None)
 
 
+@pytest.mark.parametrize("requirement, classic", [
+    ("verifiers>=0.1.3,<0.4", True), ("verifiers==0.3.1", True), ("verifiers<0.4; python_version >= '3.10'", True),
+    ("verifiers>=0.1.3", False), ("verifiers~=0.3", False), ("verifiers>=0.5", False), ("verifiers", False),
+    ("vllm<0.4", False),
+])
+def test_which_verifiers_requirement_is_left_out(requirement, classic):
+    from vfrl.envs.cli.install import needs_classic_verifiers
+
+    assert needs_classic_verifiers(requirement) is classic
+
+
 @pytest.mark.e2e
 def test_install_a_classic_package_leaves_its_old_verifiers_requirement_out(tmp_path):
     """A package written for verifiers 0.3 requires verifiers < 0.4, which would bring mcp < 2 and break vLLM:

@@ -101,7 +101,6 @@ def load_environment(env_id: str, **env_args) -> Environment:
             break
     if target is None:
         module_name = env_id.replace("-", "_").split("/")[-1]
-        package = f"module {module_name}"
         classic = read_as_vfrl_if_classic(module_name)
         package = f"module {module_name}" + (", verifiers' classic API" if classic else "")
         try:

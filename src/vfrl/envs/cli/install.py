@@ -76,6 +76,16 @@ def pip(args: list[str], what: str) -> list[dict]:
         return json.loads(report.read_text()).get("install", [])
 
 
+def needs_classic_verifiers(requirement: str) -> bool:
+    """Does this requirement ask for a verifiers older than 0.4 only (`verifiers<0.4`, `==0.3.1`)? A newer or
+    open one (`>=0.1.3`, `>=0.5`) is pip's to settle as for any package."""
+    from packaging.requirements import Requirement
+
+    req = Requirement(requirement)
+    return req.name.lower() == "verifiers" and not any(
+        req.specifier.contains(v, prereleases=True) for v in ("0.4.0", "0.4.99", "0.5.0", "1.0.0", "9.0.0"))
+
+
 def classic_verifiers_requirement(args: list[str], what: str) -> tuple[str, list[str]] | None:
     """(its requirement, its other requirements) when the package requires a verifiers older than 0.4 (the
     classic API: verifiers 0.3 needs mcp < 2, vLLM mcp >= 2, so they cannot share this Python); vfrl runs
@@ -87,16 +97,12 @@ def classic_verifiers_requirement(args: list[str], what: str) -> tuple[str, list
     requested = [i for i in items if i.get("requested")] or items
     if not requested:
         return None
-    try:
-        have = metadata_version("verifiers")
-    except PackageNotFoundError:
-        have = "0.4.0"
     needed, verifiers = [], None
     for line in requested[0]["metadata"].get("requires_dist") or []:
         req = Requirement(line)
         if req.marker is not None and not req.marker.evaluate({"extra": ""}):
             continue  # an optional extra's, or another platform's
-        if req.name.lower() == "verifiers" and not req.specifier.contains(have, prereleases=True):
+        if needs_classic_verifiers(line):
             verifiers = line
         else:
             needed.append(line)
