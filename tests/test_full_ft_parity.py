@@ -125,6 +125,7 @@ def long_requests_with_a_sync_midway(base_url, model_name, push, n=4, max_tokens
                 r.completion_ids += ids
                 r.completion_logprobs += [t.logprob for t in choice.logprobs.content]
                 r.after_push += len(ids) if push_began else 0
+        r.completion_mask = [1] * len(r.completion_ids)  # one assistant turn: every token sampled
         return r
 
     async def push_once_all_run():

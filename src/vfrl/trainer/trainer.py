@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -47,13 +45,14 @@ from vfrl.trainer.inference_watch import (
 )
 from vfrl.trainer.mismatch import MismatchWatch
 from vfrl.trainer.orchestrator import Batch, Orchestrator
+from vfrl.trainer.torch_thread import TorchThread
 from vfrl.trainer.policy import load_policy, make_accelerator, prepare_training
 from vfrl.trainer.wandb_sink import NoWandb, WandbSink
 from vfrl.trainer.weight_sync import WeightSync, weight_sync_for
 
 
 # Calls that wait on the vLLM server (HTTP only): in threads the loop can stop waiting for once the run is
-# stopping, so a hung server never holds up a Ctrl-C (the torch thread, in_torch_thread, is joined at exit).
+# stopping, so a hung server never holds up a Ctrl-C (the torch thread, torch_thread.py, is joined at exit).
 SERVER_CALLS = DaemonPool("vllm-call", size=2)
 
 
@@ -322,14 +321,14 @@ class RLTrainer:
         the steps trained so far; Ctrl-C raises KeyboardInterrupt."""
         if self.ranks.is_main:
             RunDir(self.run_dir).trainer_pid.write_text(str(os.getpid()))
-            self.torch_thread = ThreadPoolExecutor(1, thread_name_prefix="torch")
+            self.torch_thread = TorchThread()
             try:
                 with asyncio.Runner() as runner:
                     runner.get_loop().set_exception_handler(_unretrieved_to(self.log_file))
                     try:
                         runner.run(self._train_watched())
                     finally:  # a training step in flight ends before what follows reads the model
-                        self.torch_thread.shutdown(wait=True)
+                        self.torch_thread.join()
             except Exception as e:  # the other ranks are ended by the launcher when this one exits
                 raise self.stopped_by(e) from e
         else:
@@ -363,19 +362,12 @@ class RLTrainer:
             await watch
         loop.result()
 
-    async def in_torch_thread(self, fn, *args):
-        """Run fn(*args) in the trainer's torch thread: one thread, always the same, for the steps, the adapter
-        and checkpoint saves and the collectives. A new thread per step (asyncio.to_thread) gave each step a
-        glibc malloc arena of its own, which kept the GBs the step freed: the 19M benchmark model at 128
-        rollouts a step grew to 20 GiB and was OOM-killed, and each step faulted in fresh pages (kernel time)."""
-        return await asyncio.get_running_loop().run_in_executor(self.torch_thread, functools.partial(fn, *args))
-
     async def push(self, model, version: int) -> tuple[str, float]:
         """Make vLLM serve policy `version`. The save (torch) runs in a thread the loop joins: a thread left
         inside torch at interpreter exit aborts the process (exit 134 instead of a clean stop). The load
         (HTTP) runs in one it can abandon to a hung server."""
         t0 = time.perf_counter()
-        path = await self.in_torch_thread(self.sync.save, model, version)
+        path = await self.torch_thread.run(self.sync.save, model, version)
         name = await SERVER_CALLS.run(lambda: self.sync.load(path, version))
         self.served = name  # the newest policy vLLM serves (GRPOTrainer.evaluate samples from it)
         return name, time.perf_counter() - t0
@@ -418,11 +410,11 @@ class RLTrainer:
             if step + 1 < a.max_steps:
                 next_batch = asyncio.create_task(orch.generate(step + 1, model_name, version))
             if self.ranks.active:  # the other ranks wait in _follow for this batch
-                await self.in_torch_thread(self.ranks.share, batch)
+                await self.torch_thread.run(self.ranks.share, batch)
             save_s = 0.0
             if self.save_due(step):
-                save_s = await self.in_torch_thread(self.save, step, batch)
-            await self.in_torch_thread(self.train_and_hold, step, batch, {"wait_s": wait_s, "save_s": save_s})
+                save_s = await self.torch_thread.run(self.save, step, batch)
+            await self.torch_thread.run(self.train_and_hold, step, batch, {"wait_s": wait_s, "save_s": save_s})
             _, _, stats, times = self.unlogged
             version = step + 1
             if evaluation is not None:
@@ -434,7 +426,7 @@ class RLTrainer:
                 wait_s += time.time() - t_drain  # idle on generation, like waiting for the batch
             model_name, sync_s = await self.push(model, version)
             if self.ranks.active:  # no rank starts step+1 before policy step+1 is served
-                await self.in_torch_thread(self.ranks.barrier)
+                await self.torch_thread.run(self.ranks.barrier)
             if is_eval_step(a, version):
                 evaluation = self.start_eval(orch, model_name, version)
             times |= {"wait_s": wait_s, "sync_s": sync_s, "step_s": time.time() - t_step}
@@ -443,7 +435,7 @@ class RLTrainer:
         if evaluation is not None:
             await self.finish_eval(evaluation)
         if a.save_strategy == "steps" and a.max_steps > self.start_step:
-            await self.in_torch_thread(self.save, a.max_steps, None)
+            await self.torch_thread.run(self.save, a.max_steps, None)
         self.wandb.finish()
 
     def train_and_hold(self, step: int, batch: Batch, times: dict) -> None:
