@@ -567,6 +567,7 @@ def check_vf_rl_shared_run(ctx: Context) -> dict:
         [sys.executable, "-c", "from vfrl.launcher.cli import main; main()", "@", "configs/rl/quickstart.toml",
          "--no-attach", "--model", str(tiny), "--inference.port", "0", "--inference.share_gpus", "always",
          "--trainer.args.max_steps", "5", "--trainer.args.output_dir", str(outputs),
+         "--trainer.args.lora_sync", "adapter",  # runtime LoRA, the usual GPU path (the quick start merges for CPUs)
          "--tmux-socket", f"vfrl-gpu-check-{os.getpid()}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     wall = time.perf_counter() - t0

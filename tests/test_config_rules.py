@@ -52,6 +52,9 @@ BAD_CONFIGS = [
     (HEAD + "[inference.args]\nmax_lora_rank = 24\n",
      "inference.args.max_lora_rank = 24 is invalid: must be a vLLM max LoRA rank >= trainer.args.lora_rank (8): "
      "8, 16, 32, 64, 128, 256, 320, 512; or leave it out and vf-rl picks one"),
+    (HEAD + '[trainer.args]\nuse_lora = false\nlora_sync = "merged"\n',
+     'trainer.args.lora_sync = "merged" is invalid: applies to LoRA training only (use_lora = true); full fine-tuning '
+     'always reloads every weight: leave lora_sync out'),
     (HEAD + "[inference]\ngpus = 3\n[inference.args]\ntensor_parallel_size = 2\n",
      "inference.gpus = 3 is invalid: must be a multiple of inference.args.tensor_parallel_size (2): vLLM runs "
      "gpus / tensor_parallel_size data-parallel replicas"),

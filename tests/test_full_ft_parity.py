@@ -1,5 +1,6 @@
 """use_lora = false: after a full-weight sync, vLLM's logprobs of the tokens it sampled equal the trainer's
-(fp32, CPU build, in-place reload through the worker extension), and a real `vf-rl` run trains all weights."""
+(fp32, CPU build, in-place reload through the worker extension), and a real `vf-rl` run trains all weights.
+lora_sync = "merged": a LoRA policy reaches vLLM the same way, its adapter merged into the weights."""
 
 import asyncio
 import json
@@ -12,7 +13,9 @@ import pytest
 import tomli_w
 import torch
 
-from conftest import BIN, assert_only_health_is_open, free_port, max_logprob_gap, vf_vllm, write_config, tmux_socket
+from conftest import (
+    BIN, assert_only_health_is_open, free_port, max_logprob_gap, trained_like_adapter, vf_vllm, write_config, tmux_socket,
+)
 
 API_KEY = "test-key"
 
@@ -159,6 +162,42 @@ def test_requests_in_flight_during_a_sync_finish_on_the_old_weights(vllm_server,
     assert sorted(p.name for p in (tmp / "weights").iterdir()) == ["step-10", "step-11"]  # keep the last 2
 
 
+def test_the_merged_state_dict_is_merge_and_unloads_without_touching_the_model(tiny_model):
+    import copy
+
+    from vfrl.trainer.weight_sync import merged_state_dict
+
+    model = trained_like_adapter(tiny_model, seed=3)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    merged = merged_state_dict(model)
+    expected = copy.deepcopy(model).merge_and_unload().state_dict()
+    assert merged.keys() == expected.keys()
+    assert all(torch.allclose(merged[k], expected[k], atol=1e-6) for k in expected)
+    # the adapter moved the adapted layers, not the others; the trainer's model is as it was
+    base = load(tiny_model).state_dict()
+    assert not torch.equal(merged["model.layers.0.mlp.down_proj.weight"], base["model.layers.0.mlp.down_proj.weight"])
+    assert torch.equal(merged["model.embed_tokens.weight"], base["model.embed_tokens.weight"])
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+
+
+@pytest.mark.e2e
+def test_vllm_logprobs_match_the_lora_trainer_after_a_merged_sync(vllm_server, tiny_model):
+    """The trainer computes W x + s B A x, vLLM the merged (W + s B A) x: the same logprobs within 1e-4."""
+    from vfrl.trainer.weight_sync import MergedLoraSync
+
+    base_url, tmp = vllm_server
+    (tmp / "merged").mkdir(exist_ok=True)
+    sync = MergedLoraSync(base_url, API_KEY, tmp / "merged", tmp / "adapters", served_name=str(tiny_model))
+    for version in (20, 21):
+        model = trained_like_adapter(tiny_model, seed=version)
+        name, _ = sync.push(model, version)
+        assert name == str(tiny_model) and sync.loaded_version() == version
+        gap = max_logprob_gap(model, sample(base_url, name))
+        assert gap < 1e-4, f"version {version}: max |vLLM - trainer| logprob = {gap:.2e}"
+    assert sorted(p.name for p in (tmp / "merged").iterdir()) == ["step-20", "step-21"]
+    assert sorted(p.name for p in (tmp / "adapters").iterdir()) == ["policy-20", "policy-21"]
+
+
 @pytest.mark.e2e
 def test_every_route_but_health_needs_the_api_key(vllm_server):
     base_url, tmp = vllm_server
@@ -208,3 +247,44 @@ def test_full_weight_mode_serves_without_lora_through_the_worker_extension():
     lora = server_argv("m", "127.0.0.1", 8000, 8, {})
     assert "--enable-lora" in lora and "--worker-extension-cls" not in lora
     assert "VLLM_SERVER_DEV_MODE" not in server_env({}, full_weights=False)
+
+
+@pytest.mark.e2e
+def test_vf_rl_lora_merged_sync_three_steps(tmp_path, tiny_model):
+    """LoRA training whose policies vLLM serves merged into its weights: no --enable-lora, one in-place
+    reload per step, the trained adapters in adapters/ as without merging, the layers LoRA skips untouched."""
+    socket_name = tmux_socket("merged", tmp_path)
+    cfg = write_config(tmp_path / "cfg.toml", tiny_model, port=0, output_dir=tmp_path / "outputs", max_steps=3,
+                       lora_sync="merged", learning_rate=1e-4)  # small steps: mismatch_kl ~ sampled vs served
+    try:
+        proc = subprocess.run([str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", socket_name],
+                              capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    finally:
+        subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True)
+    run_dir = tmp_path / "outputs" / "test"
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
+    assert [m["step"] for m in steps] == [1, 2, 3]
+    assert [m["policy_version"] for m in steps] == [0, 0, 1]
+    assert all(m["mismatch_kl"] < 0.01 for m in steps), [m["mismatch_kl"] for m in steps]  # served == trained
+    server_log = (run_dir / "logs" / "inference.log").read_text()
+    for version in (0, 1, 2, 3):
+        assert f"vfrl: loaded weights version {version} from" in server_log
+    assert "enable-lora" not in server_log.splitlines()[0]
+    assert sorted(p.name for p in (run_dir / "adapters").iterdir()) == ["policy-2", "policy-3"]
+    from safetensors.torch import load_file
+
+    base, served = load_file(tiny_model / "model.safetensors"), load_file(run_dir / "weights" / "step-3" / "model.safetensors")
+    assert not torch.equal(base["model.layers.0.mlp.down_proj.weight"], served["model.layers.0.mlp.down_proj.weight"])
+    assert torch.equal(base["model.embed_tokens.weight"], served["model.embed_tokens.weight"])  # LoRA: linears only
+    assert (run_dir / "adapters" / "policy-3" / "adapter_model.safetensors").exists()
+
+
+def test_a_merged_lora_run_starts_vllm_as_full_finetuning_does(tmp_path, tiny_model):
+    from vfrl.config import load_config
+    from vfrl.inference.server import config_argv
+
+    cfg = load_config(write_config(tmp_path / "c.toml", tiny_model, port=8000, output_dir=tmp_path, lora_sync="merged"))
+    argv = config_argv(cfg, 8000)
+    assert not cfg.serves_adapters and cfg.args.use_lora
+    assert "--enable-lora" not in argv and "--worker-extension-cls" in argv

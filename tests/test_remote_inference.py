@@ -211,6 +211,7 @@ def test_vf_rl_refuses_a_lacking_server_before_starting_anything(tmp_path, monke
     with FakeVLLM(model="other", lora_route=False) as srv:
         result = CliRunner().invoke(cli.app, ["run", "cfg.toml", "--model", "Qwen/Qwen2.5-0.5B-Instruct",
                                               "--inference.base_url", srv.base_url, "--detach",
+                                              "--trainer.args.lora_sync", '"adapter"',  # the quick start merges
                                               "--tmux-socket", tmux_socket("remote-refused", tmp_path)])
     assert result.exit_code == 2, result.output
     errors = result.stderr.strip().splitlines()[-2:]

@@ -31,6 +31,7 @@ def remote_run(shared_vllm_server, tiny_model, tmp_path_factory):
             "--inference.base_url", srv.base_url, "--inference.api_key_var", "REMOTE_VLLM_KEY",
             "--trainer.args.max_steps", "3", "--trainer.args.batch_size", "32", "--trainer.args.micro_batch_size", "32",
             "--trainer.args.output_dir", str(tmp / "outputs"),
+            "--trainer.args.lora_sync", "adapter",  # the shared server serves runtime LoRA; the quick start merges
             "--no-attach", "--tmux-socket", socket_name]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp, timeout=600,

@@ -33,7 +33,7 @@ def server_problems(cfg: RLConfig, timeout: float = 10.0) -> list[str]:
     """One line per thing the server at inference.base_url lacks for this run; [] when it has everything.
 
     It must answer GET /v1/models with the key, serve `model` under that name, and have the weight sync the
-    run uses: runtime LoRA loading (use_lora) or vfrl's full-weight reload; and for a verifiers 0.4
+    run uses: runtime LoRA loading (use_lora) or vfrl's full-weight reload (use_lora = false, lora_sync = "merged"); and for a verifiers 0.4
     environment, the scale-out generate route."""
     import httpx
 
@@ -65,10 +65,11 @@ def server_problems(cfg: RLConfig, timeout: float = 10.0) -> list[str]:
             problems.append(f'{where} serves {", ".join(map(str, models)) or "no model"}, not model = "{cfg.model}": '
                             f"it must serve the model the trainer trains under that name (vf-vllm @ a config with "
                             f"the same model does; vllm serve: --served-model-name {cfg.model})")
-        if args.use_lora:
+        if cfg.serves_adapters:
             problems += _lora_problems(http, where, args.lora_rank)
         else:
-            problems += _reload_problems(http, where)
+            needs = "trainer.args.use_lora = false" if not args.use_lora else 'trainer.args.lora_sync = "merged"'
+            problems += _reload_problems(http, where, needs)
         if _needs_scale_out(cfg) and http.post("/inference/v1/generate", json={}).status_code == 404:
             problems.append(f'{where} has no /inference/v1/generate, which env.id = "{cfg.env.id}" (a verifiers 0.4 '
                             f"package) samples through: start it with vf-vllm and inference.enable_scale_out = true")
@@ -92,16 +93,16 @@ def _lora_problems(http, where: str, rank: int) -> list[str]:
     return []
 
 
-def _reload_problems(http, where: str) -> list[str]:
-    start = (f"start it with vf-vllm @ a config with trainer.args.use_lora = false (VLLM_SERVER_DEV_MODE=1 and "
+def _reload_problems(http, where: str, needs: str) -> list[str]:
+    start = (f"start it with vf-vllm @ a config with {needs} (VLLM_SERVER_DEV_MODE=1 and "
              f"--worker-extension-cls {RELOAD_EXTENSION}, vfrl installed beside vLLM)")
     r = http.post("/collective_rpc", json={"method": "vfrl_loaded_version"})  # reads, changes nothing
     if r.status_code == 404:
         return [f"{where} has no full-weight reload (POST /collective_rpc: 404, vLLM's dev mode is off), which "
-                f"trainer.args.use_lora = false needs: {start}"]
+                f"{needs} needs: {start}"]
     if r.status_code != 200:
         return [f"{where} has no vfrl full-weight reload in its workers (POST /collective_rpc: {r.status_code} "
-                f"{r.text[:160]!r}), which trainer.args.use_lora = false needs: {start}"]
+                f"{r.text[:160]!r}), which {needs} needs: {start}"]
     return []
 
 

@@ -96,7 +96,8 @@ AUTH_MIDDLEWARE = f"{__name__}.{RequireApiKey.__name__}"
 
 
 def server_argv(model: str, host: str, port: int, max_lora_rank: int | None, extra: dict[str, Any]) -> list[str]:
-    """`max_lora_rank=None` serves full weights (use_lora = false): reloaded in place by the worker extension."""
+    """`max_lora_rank=None` serves full weights (use_lora = false, or lora_sync = "merged"): reloaded in place by
+    the worker extension."""
     args: dict[str, Any] = {
         "model": model,
         "served_model_name": model,
@@ -173,7 +174,7 @@ def serve(
     print("vf-vllm:", " ".join(argv[1:]), flush=True)
     from vfrl.inference.supervisor import run_supervised
 
-    raise typer.Exit(run_supervised(argv, server_env(dict(os.environ), full_weights=not cfg.args.use_lora)))
+    raise typer.Exit(run_supervised(argv, server_env(dict(os.environ), full_weights=not cfg.serves_adapters)))
 
 
 def config_argv(cfg, port: int | None = None) -> list[str]:
@@ -184,7 +185,7 @@ def config_argv(cfg, port: int | None = None) -> list[str]:
     if "enable_scale_out" not in extra and scale_out_enabled(cfg.inference.enable_scale_out, cfg.env.id):
         extra["enable_scale_out"] = True  # verifiers 0.4's /inference/v1/generate (inference/scale_out.py)
     return server_argv(cfg.model, cfg.inference.host, port or cfg.inference.port,
-                       lora_rank_ceiling(cfg.args.lora_rank) if cfg.args.use_lora else None, extra)
+                       lora_rank_ceiling(cfg.args.lora_rank) if cfg.serves_adapters else None, extra)
 
 
 def main() -> None:

@@ -2,6 +2,8 @@
 
     AdapterSync      use_lora = true: each version is a new LoRA adapter with its own name
     FullWeightSync   use_lora = false: every weight is reloaded in place under the one served name
+    MergedLoraSync   use_lora = true, lora_sync = "merged": the base weights with the adapter merged in,
+                     reloaded in place like FullWeightSync's (vLLM serves no LoRA)
 
 Both write what vLLM reads with run_dir.atomic_directory, so a crash never leaves a half-written
 directory that looks complete.
@@ -140,9 +142,12 @@ class FullWeightSync(WeightSync):
         t0 = time.perf_counter()
         final = self.weights_dir / f"step-{version}"
         with atomic_directory(final) as tmp:
-            model.save_pretrained(tmp, safe_serialization=True)
+            self.write(model, tmp)
         self.last = {"save_s": time.perf_counter() - t0}
         return final
+
+    def write(self, model, directory: Path) -> None:
+        model.save_pretrained(directory, safe_serialization=True)
 
     def _post(self, path: str, **kw) -> httpx.Response:
         r = self.http.post(path, **kw)
@@ -177,10 +182,67 @@ class FullWeightSync(WeightSync):
         return int(self._post("/collective_rpc", json={"method": "vfrl_loaded_version"}).json()["results"][0])
 
 
+class MergedLoraSync(FullWeightSync):
+    """A LoRA policy served as full weights: W + scale * B @ A for every adapted layer, written as the base
+    model's checkpoint and reloaded in place (FullWeightSync.load). vLLM then runs the plain model: its
+    CPU build applies runtime LoRA with unfused torch ops, about half the quick start's generation time.
+    The trainer's own weights stay unmerged: merging in place and back would leave rounding in the frozen
+    base weights at every step. The adapter itself is written too, to adapters/policy-N as AdapterSync
+    leaves it (last `keep` kept): what a LoRA run hands its user does not depend on how vLLM was fed."""
+
+    def __init__(self, base_url: str, api_key: str, weights_dir: Path, adapters_dir: Path, served_name: str,
+                 keep: int = 2, timeout: float = 600.0):
+        super().__init__(base_url, api_key, weights_dir, served_name, keep, timeout)
+        self.adapters_dir = adapters_dir
+        self.adapters: list[Path] = []
+
+    def write(self, model, directory: Path) -> None:
+        base = model.get_base_model()
+        base.save_pretrained(directory, state_dict=merged_state_dict(model), safe_serialization=True)
+
+    def save(self, model, version: int) -> Path:
+        merged = super().save(model, version)
+        adapter = self.adapters_dir / AdapterSync.name(version)
+        with atomic_directory(adapter) as tmp:
+            save_adapter(model, tmp)
+        self.adapters.append(adapter)
+        while len(self.adapters) > self.keep:
+            shutil.rmtree(self.adapters.pop(0), ignore_errors=True)
+        return merged
+
+
+def merged_state_dict(model) -> dict:
+    """The peft `model`'s base weights with its active adapters merged in, under the base model's own names
+    (what `merge_and_unload().state_dict()` gives, without touching the model)."""
+    import torch
+    from peft.tuners.lora import LoraLayer
+
+    base = model.get_base_model()
+    merged = {}
+    for key, value in base.state_dict().items():
+        if "lora_" in key or ".original_module." in key:  # adapter factors; a modules_to_save copy's original
+            continue
+        for adapter in model.active_adapters:  # a trained modules_to_save copy replaces the original
+            key = key.replace(f".modules_to_save.{adapter}.", ".")
+        merged[key.replace(".base_layer.", ".")] = value
+    with torch.no_grad():
+        for name, module in base.named_modules():
+            if isinstance(module, LoraLayer):
+                weight = f"{name}.weight"
+                for adapter in module.active_adapters:
+                    if adapter in module.lora_A:
+                        merged[weight] = merged[weight] + module.get_delta_weight(adapter)
+    return merged
+
+
 def weight_sync_for(config: RLConfig, paths: RunDir, base_url: str, api_key: str) -> WeightSync:
-    """The run's sync: adapters under <run_dir>/adapters (use_lora), else full weights under <run_dir>/weights."""
-    if config.args.use_lora:
+    """The run's sync: adapters under <run_dir>/adapters (use_lora), else full weights under <run_dir>/weights
+    (use_lora = false, or LoRA merged into them: lora_sync = "merged")."""
+    if config.serves_adapters:
         paths.adapters.mkdir(parents=True, exist_ok=True)
         return AdapterSync(base_url, api_key, paths.adapters)
     paths.weights.mkdir(parents=True, exist_ok=True)
+    if config.args.use_lora:
+        paths.adapters.mkdir(parents=True, exist_ok=True)
+        return MergedLoraSync(base_url, api_key, paths.weights, paths.adapters, served_name=config.model)
     return FullWeightSync(base_url, api_key, paths.weights, served_name=config.model)
