@@ -37,6 +37,27 @@ needs_uv = pytest.mark.skipif(find_uv() is None, reason="uv is not installed (ve
 
 # --- what becomes of an episode (no verifiers needed: episodes are duck-typed) ---
 
+def fake_generated_batch(env, tiny_model, adapter: str, version: int, api_key: str = "k"):
+    """One batch of `env` (2 examples x 2 rollouts, max_tokens 16) sampled through FakeGenerate serving
+    `adapter` as policy `version`; returns the batch and the requests the fake server got."""
+    from openai import AsyncOpenAI
+
+    from fake_generate import FakeGenerate
+    from vfrl.config import TrainerArgs
+    from vfrl.trainer.orchestrator import Orchestrator
+
+    async def run():
+        async with FakeGenerate(str(tiny_model), adapter=adapter) as fake:
+            client = AsyncOpenAI(base_url=fake.base_url, api_key=api_key)
+            args = TrainerArgs(batch_size=4, rollouts_per_example=2, max_tokens=16, eval_strategy="no",
+                               rollout_timeout=240)
+            batch = await Orchestrator(env, client, args).generate(0, adapter, version)
+            await env.aclose()
+            return batch, fake.requests
+
+    return asyncio.run(run())
+
+
 def branch(ids, mask, logprobs, trainable=True, messages=()):
     return SimpleNamespace(token_ids=ids, sampled_mask=mask, logprobs=logprobs, trainable=trainable,
                            messages=list(messages))
@@ -212,29 +233,15 @@ def test_missing_uv_at_load_is_one_line(monkeypatch):
 def test_orchestrator_samples_a_v1_package_through_the_generate_route(tiny_model):
     """The trainer's own Orchestrator, unchanged, on a verifiers 0.4 package: every Rollout's ids are
     exactly what was sent to and returned by /inference/v1/generate, with its mask, logprobs and reward."""
-    from openai import AsyncOpenAI
-
-    from fake_generate import FakeGenerate
-    from vfrl.config import TrainerArgs
     from vfrl.envs.loader import load_environment
     from vfrl.envs.verifiers_v1 import V1Environment
-    from vfrl.trainer.orchestrator import Orchestrator
 
     env = load_environment("v1-reverse")
     assert isinstance(env, V1Environment) and len(env.dataset) == 6
     assert env.dataset[1]["prompt"] == [{"role": "system", "content": "Reverse the text."},
                                        {"role": "user", "content": "hello"}]
 
-    async def run():
-        async with FakeGenerate(str(tiny_model), adapter="policy-2") as fake:
-            client = AsyncOpenAI(base_url=fake.base_url, api_key="the-key")
-            args = TrainerArgs(batch_size=4, rollouts_per_example=2, max_tokens=16, eval_strategy="no",
-                               rollout_timeout=240)
-            batch = await Orchestrator(env, client, args).generate(0, "policy-2", 2)
-            await env.aclose()
-            return batch, fake.requests
-
-    batch, requests = asyncio.run(run())
+    batch, requests = fake_generated_batch(env, tiny_model, "policy-2", 2, api_key="the-key")
     assert len(batch.rollouts) == 4 and batch.sizes() == [2, 2] and batch.metrics["rollouts_dropped"] == 0
     assert len(requests) == 4
     assert {r["auth"] for r in requests} == {"Bearer the-key"}
@@ -263,27 +270,14 @@ def test_a_multi_turn_package_plays_its_own_env_and_its_turns_get_no_loss(tiny_m
     """tests/v1_pkgs/v1_two_words exports a vf.Env that sends a second word after the first reply: verifiers
     runs that Env (not its single-agent one), each turn extends one token sequence (one branch, never
     re-tokenized), the sampled replies have mask 1 and the environment's turn between them mask 0."""
-    from openai import AsyncOpenAI
     from transformers import AutoTokenizer
 
-    from fake_generate import FakeGenerate
-    from vfrl.config import TrainerArgs
     from vfrl.envs.loader import load_environment
-    from vfrl.trainer.orchestrator import Orchestrator
 
     env = load_environment("v1-two-words")
     assert type(env.v1_env).__name__ == "TwoWordsEnv"
 
-    async def run():
-        async with FakeGenerate(str(tiny_model), adapter="policy-1") as fake:
-            client = AsyncOpenAI(base_url=fake.base_url, api_key="k")
-            args = TrainerArgs(batch_size=4, rollouts_per_example=2, max_tokens=16, eval_strategy="no",
-                               rollout_timeout=240)
-            batch = await Orchestrator(env, client, args).generate(0, "policy-1", 1)
-            await env.aclose()
-            return batch, fake.requests
-
-    batch, requests = asyncio.run(run())
+    batch, requests = fake_generated_batch(env, tiny_model, "policy-1", 1)
     tok = AutoTokenizer.from_pretrained(str(tiny_model))
     assert len(batch.rollouts) == 4 and batch.metrics["rollouts_dropped"] == 0 and len(requests) == 8
     for r in batch.rollouts:

@@ -205,11 +205,13 @@ def test_every_route_but_health_needs_the_api_key(vllm_server):
     assert {"/collective_rpc", "/pause", "/resume", "/reset_prefix_cache", "/tokenize", "/metrics"} <= checked
 
 
-@pytest.mark.e2e
-def test_vf_rl_full_finetuning_three_steps(tmp_path, tiny_model):
-    socket_name = tmux_socket("fullft", tmp_path)
+def three_steps_reloading_every_weight(tmp_path, tiny_model, socket_label: str, **trainer_args):
+    """A real `vf-rl` run of 3 steps whose policies reach vLLM as full weights reloaded in place: it exits 0,
+    batch n is sampled by policy n-1, served == trained (mismatch_kl), vLLM loaded versions 0-3 and was started
+    without LoRA. Returns the run dir and the step records."""
+    socket_name = tmux_socket(socket_label, tmp_path)
     cfg = write_config(tmp_path / "cfg.toml", tiny_model, port=0, output_dir=tmp_path / "outputs", max_steps=3,
-                       use_lora=False, learning_rate=1e-5)  # one full AdamW step at 1e-3 moves this model by KL ~1
+                       **trainer_args)
     try:
         proc = subprocess.run([str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", socket_name],
                               capture_output=True, text=True, timeout=600, cwd=tmp_path)
@@ -220,12 +222,20 @@ def test_vf_rl_full_finetuning_three_steps(tmp_path, tiny_model):
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
     assert [m["step"] for m in steps] == [1, 2, 3]
     assert [m["policy_version"] for m in steps] == [0, 0, 1]  # batch n sampled by policy n-1 (batch 0: the base)
-    assert all(m["sync_s"] > 0 for m in steps)
     assert all(m["mismatch_kl"] < 0.01 for m in steps), [m["mismatch_kl"] for m in steps]  # served == trained
     server_log = (run_dir / "logs" / "inference.log").read_text()
     for version in (0, 1, 2, 3):  # the base weights, then one reload per optimizer step
         assert f"vfrl: loaded weights version {version} from" in server_log
     assert "enable-lora" not in server_log.splitlines()[0]
+    return run_dir, steps
+
+
+@pytest.mark.e2e
+def test_vf_rl_full_finetuning_three_steps(tmp_path, tiny_model):
+    # one full AdamW step at 1e-3 moves this model by KL ~1
+    run_dir, steps = three_steps_reloading_every_weight(tmp_path, tiny_model, "fullft", use_lora=False,
+                                                        learning_rate=1e-5)
+    assert all(m["sync_s"] > 0 for m in steps)
     assert sorted(p.name for p in (run_dir / "weights").iterdir()) == ["step-2", "step-3"]
     # every weight trained: the saved policy differs from the base in an embedding, a norm and a linear layer
     from safetensors.torch import load_file
@@ -253,24 +263,9 @@ def test_full_weight_mode_serves_without_lora_through_the_worker_extension():
 def test_vf_rl_lora_merged_sync_three_steps(tmp_path, tiny_model):
     """LoRA training whose policies vLLM serves merged into its weights: no --enable-lora, one in-place
     reload per step, the trained adapters in adapters/ as without merging, the layers LoRA skips untouched."""
-    socket_name = tmux_socket("merged", tmp_path)
-    cfg = write_config(tmp_path / "cfg.toml", tiny_model, port=0, output_dir=tmp_path / "outputs", max_steps=3,
-                       lora_sync="merged", learning_rate=1e-4)  # small steps: mismatch_kl ~ sampled vs served
-    try:
-        proc = subprocess.run([str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", socket_name],
-                              capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    finally:
-        subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True)
-    run_dir = tmp_path / "outputs" / "test"
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
-    assert [m["step"] for m in steps] == [1, 2, 3]
-    assert [m["policy_version"] for m in steps] == [0, 0, 1]
-    assert all(m["mismatch_kl"] < 0.01 for m in steps), [m["mismatch_kl"] for m in steps]  # served == trained
-    server_log = (run_dir / "logs" / "inference.log").read_text()
-    for version in (0, 1, 2, 3):
-        assert f"vfrl: loaded weights version {version} from" in server_log
-    assert "enable-lora" not in server_log.splitlines()[0]
+    # small steps: mismatch_kl then measures sampled vs served, not one step's drift
+    run_dir, _ = three_steps_reloading_every_weight(tmp_path, tiny_model, "merged", lora_sync="merged",
+                                                    learning_rate=1e-4)
     assert sorted(p.name for p in (run_dir / "adapters").iterdir()) == ["policy-2", "policy-3"]
     from safetensors.torch import load_file
 

@@ -89,6 +89,10 @@ def load_environment(env_id: str, **env_args) -> Environment:
     The target is a `load_environment(**env_args)` function (or a module that has one).
     """
     target, package, classic = None, None, False
+
+    def raised(what: str, e: Exception) -> EnvironmentLoadError:  # where the package's code raised e
+        return (classic and classic_gap(env_id, e)) or failure(f"environment '{env_id}' ({package}): {what} raised", e)
+
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name in (env_id, env_id.replace("_", "-")):
             package = f"package {ep.dist.name} {ep.dist.version}" if ep.dist else f"entry point {ep.value}"
@@ -96,8 +100,7 @@ def load_environment(env_id: str, **env_args) -> Environment:
             try:
                 target = ep.load()
             except Exception as e:
-                raise (classic and classic_gap(env_id, e)) or failure(
-                    f"environment '{env_id}' ({package}): importing {ep.value} raised", e) from e
+                raise raised(f"importing {ep.value}", e) from e
             break
     if target is None:
         module_name = env_id.replace("-", "_").split("/")[-1]
@@ -111,15 +114,14 @@ def load_environment(env_id: str, **env_args) -> Environment:
                     f"environment '{env_id}' ({package}) is written for the verifiers library, which is not installed "
                     f"here; install vfrl's verifiers extra: pip install -e '.[verifiers]' (verifiers 0.4)") from None
             if e.name != module_name:
-                raise (classic and classic_gap(env_id, e)) or failure(
-                    f"environment '{env_id}' ({package}): importing it raised", e) from e
+                raise raised("importing it", e) from e
             have = ", ".join(installed_environments()) or "none"
             raise EnvironmentNotFound(
                 f"environment '{env_id}' is not installed (installed: {have}); "
                 f"install it with `pip install -e environments/{module_name}`"
             ) from None
         except Exception as e:
-            raise failure(f"environment '{env_id}' ({package}): importing it raised", e) from e
+            raise raised("importing it", e) from e
     if inspect.ismodule(target) and is_v1_module(target):
         return load_v1_environment(env_id, package, env_args)
     func = getattr(target, "load_environment", target)
@@ -135,8 +137,7 @@ def load_environment(env_id: str, **env_args) -> Environment:
     try:
         env = func(**env_args)
     except Exception as e:
-        raise (classic and classic_gap(env_id, e)) or failure(
-            f"environment '{env_id}' ({package}): load_environment() raised", e) from e
+        raise raised("load_environment()", e) from e
     if not isinstance(env, Environment):
         raise EnvironmentLoadError(f"environment '{env_id}' ({package}): load_environment() returned "
                                    f"{type(env).__name__}, not a vfrl Environment")

@@ -33,8 +33,8 @@ def server_problems(cfg: RLConfig, timeout: float = 10.0) -> list[str]:
     """One line per thing the server at inference.base_url lacks for this run; [] when it has everything.
 
     It must answer GET /v1/models with the key, serve `model` under that name, and have the weight sync the
-    run uses: runtime LoRA loading (use_lora) or vfrl's full-weight reload (use_lora = false, lora_sync = "merged"); and for a verifiers 0.4
-    environment, the scale-out generate route."""
+    run uses: runtime LoRA loading (use_lora) or vfrl's full-weight reload (use_lora = false, or
+    lora_sync = "merged"); and for a verifiers 0.4 environment, the scale-out generate route."""
     import httpx
 
     inference, args = cfg.inference, cfg.args

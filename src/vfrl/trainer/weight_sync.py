@@ -75,10 +75,7 @@ class AdapterSync(WeightSync):
         return f"{cls.PREFIX}{version}"
 
     def save(self, model, version: int) -> Path:
-        final = self.adapters_dir / self.name(version)
-        with atomic_directory(final) as tmp:
-            save_adapter(model, tmp)
-        return final
+        return write_adapter(model, self.adapters_dir, version)
 
     def load(self, path: Path, version: int) -> str:
         """Load version `version`; unload versions older than the last `keep`."""
@@ -98,6 +95,21 @@ class AdapterSync(WeightSync):
             self.http.post("/v1/unload_lora_adapter", json={"lora_name": old})
             shutil.rmtree(self.adapters_dir / old, ignore_errors=True)
         return name
+
+
+def write_adapter(model, adapters_dir: Path, version: int) -> Path:
+    """The trained adapter of policy `version`, written atomically to adapters_dir/policy-<version>."""
+    final = adapters_dir / AdapterSync.name(version)
+    with atomic_directory(final) as tmp:
+        save_adapter(model, tmp)
+    return final
+
+
+def keep_newest(kept: list[Path], new: Path, keep: int) -> None:
+    """Append `new` to the directories `kept` (oldest first) and delete the oldest beyond `keep`."""
+    kept.append(new)
+    while len(kept) > keep:
+        shutil.rmtree(kept.pop(0), ignore_errors=True)
 
 
 def save_adapter(model, path: Path) -> None:
@@ -170,9 +182,7 @@ class FullWeightSync(WeightSync):
                 raise RuntimeError("vLLM could not reset its prefix cache after the weight reload")
         finally:
             self._post("/resume")
-        self.saved.append(path)
-        while len(self.saved) > self.keep:
-            shutil.rmtree(self.saved.pop(0), ignore_errors=True)
+        keep_newest(self.saved, path, self.keep)
         self.last |= {"reload_s": time.perf_counter() - t_saved, "load_s": workers[0]["load_s"],
                       "repack_s": workers[0]["repack_s"], "repacked": workers[0]["repacked"]}
         return self.served_name
@@ -202,12 +212,7 @@ class MergedLoraSync(FullWeightSync):
 
     def save(self, model, version: int) -> Path:
         merged = super().save(model, version)
-        adapter = self.adapters_dir / AdapterSync.name(version)
-        with atomic_directory(adapter) as tmp:
-            save_adapter(model, tmp)
-        self.adapters.append(adapter)
-        while len(self.adapters) > self.keep:
-            shutil.rmtree(self.adapters.pop(0), ignore_errors=True)
+        keep_newest(self.adapters, write_adapter(model, self.adapters_dir, version), self.keep)
         return merged
 
 
