@@ -7,20 +7,17 @@ vf-train) spent per step over those steps (psutil, sampled every 0.25 s).
 Run it once per side (check out or stash the change in between), alternating A B A B on an idle machine.
 AB_CONFIG=benchmarks/configs/19m.toml runs that config instead of configs/rl/quickstart.toml.
 """
-import bisect
-import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import tomllib
 from pathlib import Path
 
-import psutil  # a vLLM dependency
+from cpu_time import RunCpu, spent
 
 ROOT = Path(__file__).resolve().parents[1]
 steps, label = int(sys.argv[1]), sys.argv[2]
@@ -28,38 +25,12 @@ tmp = Path(tempfile.mkdtemp(prefix=f"ab-{label}-"))
 (tmp / "models").symlink_to(ROOT / "models")
 config = ROOT / os.environ.get("AB_CONFIG", "configs/rl/quickstart.toml")
 run_dir = tmp / "outputs" / tomllib.loads(config.read_text())["trainer"]["args"]["run_name"]
-samples: list[tuple[float, dict, dict]] = []  # (time, vLLM tree's CPU s by process name, the trainer's)
-done = threading.Event()
-
-
-def tree_cpu(pid_file: Path) -> dict[str, float]:
-    """CPU seconds (user + system) of the process tree rooted at pid_file's process, by process name."""
-    by_name: dict[str, float] = {}
-    try:
-        root = psutil.Process(int(pid_file.read_text()))
-        for p in [root, *root.children(recursive=True)]:
-            with contextlib.suppress(psutil.Error):
-                t = p.cpu_times()
-                by_name[p.name()] = by_name.get(p.name(), 0.0) + t.user + t.system
-    except (OSError, ValueError, psutil.Error):
-        pass
-    return by_name
-
-
-def sample() -> None:
-    while not done.wait(0.25):
-        if (run_dir / "inference.pid").exists() and (run_dir / "trainer.pid").exists():
-            samples.append((time.time(), tree_cpu(run_dir / "inference.pid"), tree_cpu(run_dir / "trainer.pid")))
-
-
-sampler = threading.Thread(target=sample, daemon=True)
-sampler.start()
 load0 = os.getloadavg()[0]
 t0 = time.time()
-p = subprocess.run([str(Path(sys.executable).parent / "vf-rl"), "@", str(config), "--no-attach",
-                    "--tmux-socket", f"ab-{label}-{os.getpid()}", "--trainer.args.max_steps", str(steps),
-                    "--inference.port", "0", *sys.argv[3:]], cwd=tmp, capture_output=True, text=True)
-done.set()
+with RunCpu(run_dir) as cpu:
+    p = subprocess.run([str(Path(sys.executable).parent / "vf-rl"), "@", str(config), "--no-attach",
+                        "--tmux-socket", f"ab-{label}-{os.getpid()}", "--trainer.args.max_steps", str(steps),
+                        "--inference.port", "0", *sys.argv[3:]], cwd=tmp, capture_output=True, text=True)
 rows = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
 rows = [r for r in rows if "loss" in r and r["step"] >= 3]
 
@@ -70,12 +41,10 @@ def med(key: str) -> float:
 
 def cpu_per_step(tree: int) -> dict[str, float]:
     """CPU seconds per step of each process of a tree (0: vLLM's, 1: the trainer's) between the ends of the
-    first and last steps kept (nearest samples)."""
-    times = [s[0] for s in samples]
-    first = samples[min(bisect.bisect_left(times, rows[0]["gen_end"]), len(samples) - 1)][tree + 1]
-    last = samples[max(bisect.bisect_left(times, rows[-1]["gen_end"]) - 1, 0)][tree + 1]
+    first and last steps kept's generation (nearest samples before them)."""
     n = rows[-1]["step"] - rows[0]["step"]
-    return {name: (last[name] - first.get(name, 0.0)) / n for name in last}
+    used = spent(cpu.at(rows[0]["gen_end"])[tree], cpu.at(rows[-1]["gen_end"])[tree])
+    return {name: s / n for name, s in used.items()}
 
 
 vllm_cpu, trainer_cpu = cpu_per_step(0), cpu_per_step(1)

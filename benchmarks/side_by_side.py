@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cpu_time import RunCpu, spent  # noqa: E402
 from quickstart import write_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,9 +106,28 @@ def vfrl_steps(metrics: list[dict], launch: float) -> list[dict]:
 
 
 def trl_steps(lines: list[dict], launch: float) -> list[dict]:
-    """benchmarks/trl_grpo.py's lines as common step rows; `trl_step_time` is TRL's own (no optimizer step)."""
-    return [{"step": r["step"], "end_s": r["t"] - launch, "step_s": r["step_s"], "reward": r["reward_mean"],
-             "completion_len": r.get("completion_len"), "trl_step_time": r.get("step_time")} for r in lines]
+    """benchmarks/trl_grpo.py's lines as common step rows; `trl_step_time` is TRL's own (no optimizer step),
+    `cpu_total_s` the process's CPU seconds from the start of training to the step's end."""
+    rows, cpu = [], 0.0
+    for r in lines:
+        cpu += r.get("cpu_s") or 0.0
+        rows.append({"step": r["step"], "end_s": r["t"] - launch, "step_s": r["step_s"], "reward": r["reward_mean"],
+                     "completion_len": r.get("completion_len"), "trl_step_time": r.get("step_time")}
+                    | ({"cpu_total_s": cpu} if "cpu_s" in r else {}))
+    return rows
+
+
+def add_vfrl_cpu(rows: list[dict], cpu_at, launch: float) -> None:
+    """Give each vf-rl step row the CPU seconds its run's vLLM tree and trainer tree had spent by the step's end
+    (`cpu_at(t)`: their CPU seconds by process name at time t, as RunCpu.at gives them)."""
+    if not rows:
+        return
+    vllm0, trainer0 = cpu_at(launch + rows[0]["end_s"])
+    for row in rows:
+        vllm, trainer = cpu_at(launch + row["end_s"])
+        row["cpu_vllm_total_s"] = sum(spent(vllm0, vllm).values())
+        row["cpu_trainer_total_s"] = sum(spent(trainer0, trainer).values())
+        row["cpu_total_s"] = row["cpu_vllm_total_s"] + row["cpu_trainer_total_s"]
 
 
 def time_to_gain(rows: list[dict], gain: float = GAIN, window: int = WINDOW, base: int = BASE) -> tuple[float, int] | None:
@@ -145,6 +165,11 @@ def summarize(rows: list[dict], wall_s: float | None = None) -> dict:
         out["sync_share"] = sum(r["sync_s"] for r in timed) / sum(r["step_s"] for r in timed)
     if rows[0].get("trl_step_time") is not None:
         out["median_trl_step_time"] = median(r["trl_step_time"] for r in timed)
+    if len(rows) > SKIP and "cpu_total_s" in rows[0]:  # CPU seconds a step over the timed steps (both cores)
+        for key in ("cpu_total_s", "cpu_vllm_total_s", "cpu_trainer_total_s"):
+            if key in rows[0]:
+                per_step = (timed[-1][key] - (rows[SKIP - 1][key] if SKIP else 0.0)) / len(timed)
+                out[key.replace("_total_s", "_s_per_step")] = per_step
     return out
 
 
@@ -189,6 +214,14 @@ def ratio_cell(s: dict, key: str) -> str:
     return f"{value:.2f}x" + (f" ({span[0]:.2f}-{span[1]:.2f})" if s["rounds"] > 1 else "")
 
 
+def cpu_cell(trl: dict, vfrl: dict) -> str:
+    """CPU seconds a step: TRL's / vf-rl's (vLLM's + the trainer's); '-' for runs recorded without them."""
+    if trl.get("cpu_s_per_step") is None or vfrl.get("cpu_s_per_step") is None:
+        return "-"
+    return (f"{trl['cpu_s_per_step']:.2f} / {vfrl['cpu_s_per_step']:.2f} "
+            f"({vfrl['cpu_vllm_s_per_step']:.2f} + {vfrl['cpu_trainer_s_per_step']:.2f})")
+
+
 def render_section(result: dict) -> str:
     m, v = result["machine"], result["versions"]
     loads = [run["load_before"][0] for c in result["cases"].values() for r in c["rounds"]
@@ -203,7 +236,7 @@ def render_section(result: dict) -> str:
             name, str(case["rollouts"]), f"{case['steps']} x {s['rounds']}", fmt(t["median_step_s"], unit=" s"),
             fmt(o["median_step_s"], unit=" s"), ratio_cell(s, "step"),
             " / ".join(fmt(o[f"median_{k}"]) for k in ("generate_s", "train_s", "sync_s", "wait_s")),
-            fmt(o["step_over_max_gen_train"]), fmt(o["sync_share"], ".1%"),
+            fmt(o["step_over_max_gen_train"]), fmt(o["sync_share"], ".1%"), cpu_cell(t, o),
         ])
         for label, x in (("TRL", t), ("vf-rl", o)):
             gain = "-" if x["time_to_gain_s"] is None else f"{x['time_to_gain_s']:.0f} s (step {x['steps_to_gain']:.0f})"
@@ -231,9 +264,13 @@ def render_section(result: dict) -> str:
         f"metrics.jsonl, training step n while vLLM generates batch n+1). TRL ÷ vf-rl: the ratio within each "
         f"round, median (range) over rounds; above 1 means vf-rl is faster. vf-rl's own columns: medians of "
         f"`generate_s` / `train_s` / `sync_s` / `wait_s`, its step over max(generate, train) (1.00 = perfect "
-        f"overlap), and the share of the step spent pushing the adapter into vLLM.\n\n"
+        f"overlap), the share of the step spent pushing the policy into vLLM, and the CPU seconds each system "
+        f"spent a step over steps 2..N (user + system, every thread and process: TRL's one process; vf-rl's "
+        f"vLLM tree, busy-waiting included, + its trainer, sampled with psutil by benchmarks/cpu_time.py). On "
+        f"{m['cores']} cores no step can be shorter than its CPU seconds ÷ {m['cores']}.\n\n"
         + md_table(["workload", "rollouts/step", "steps x rounds", "TRL step", "vf-rl step", "TRL ÷ vf-rl",
-                    "vf-rl generate / train / sync / wait (s)", "vf-rl step ÷ max(gen, train)", "sync share"], step_rows)
+                    "vf-rl generate / train / sync / wait (s)", "vf-rl step ÷ max(gen, train)", "sync share",
+                    "CPU s a step: TRL / vf-rl (vLLM + trainer)"], step_rows)
         + f"\nReward: mean of the first {BASE} and last {BASE} steps; time from launch (vf-rl: vLLM start-up "
         f"included; TRL: imports and model load included) to the end of the first step whose {WINDOW}-step mean "
         f"reward is {GAIN:+.2f} above the first {BASE} steps' mean; medians over rounds.\n\n"
@@ -413,7 +450,8 @@ def run_vfrl(case: Case, work: Path, i: int) -> dict:
            "--trainer.args.output_dir", rel(work), "--inference.port", "0"]
     record = {"command": shlex.join(cmd), "load_before": os.getloadavg()}
     log = work / f"{name}.log"
-    launch, wall, code = run_logged(cmd, dict(os.environ), log)
+    with RunCpu(work / name) as cpu:  # the run directory: output_dir / run_name
+        launch, wall, code = run_logged(cmd, dict(os.environ), log)
     found = re.search(r"run directory (\S+)", log.read_text())
     run_dir = (ROOT / found.group(1)) if found else None
     rows = []
@@ -421,6 +459,8 @@ def run_vfrl(case: Case, work: Path, i: int) -> dict:
         from vfrl.launcher.plot import read_metrics
 
         rows = vfrl_steps(read_metrics(run_dir), launch)
+        if cpu.samples:
+            add_vfrl_cpu(rows, cpu.at, launch)
         record["run_dir"] = rel(run_dir)
     return finish(record, launch, wall, code, rows, case, log)
 

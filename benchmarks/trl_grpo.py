@@ -13,7 +13,8 @@ training process) unless `--vllm colocate|server`.
 
 Writes one JSON line per optimizer step: `t` (time.time() at the step's end), `step_s` (wall time since the
 previous step's end, the first from the start of training), TRL's own `step_time` (generation + forward/backward
-of the step's micro-batches, no optimizer step), `reward_mean`, `completion_len`, `loss`.
+of the step's micro-batches, no optimizer step), `cpu_s` (CPU seconds, user + system, of the whole process since the
+previous step's end: generation and training both run in it), `reward_mean`, `completion_len`, `loss`.
 """
 
 import argparse
@@ -66,12 +67,12 @@ def main() -> None:
         """One line per optimizer step; wall time between step ends, so nothing of a step is missed."""
 
         def on_train_begin(self, *_, **__):
-            self.last = time.time()
+            self.last, self.last_cpu = time.time(), time.process_time()
 
         def on_step_end(self, _args, state, *_, **__):
-            now = time.time()
-            self.row = {"step": state.global_step, "t": now, "step_s": now - self.last}
-            self.last = now
+            now, cpu = time.time(), time.process_time()
+            self.row = {"step": state.global_step, "t": now, "step_s": now - self.last, "cpu_s": cpu - self.last_cpu}
+            self.last, self.last_cpu = now, cpu
 
         def on_log(self, _args, state, _control, logs=None, **__):
             if not logs or "reward" not in logs:

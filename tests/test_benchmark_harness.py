@@ -67,6 +67,26 @@ def test_summary_of_a_vfrl_run_leaves_out_the_first_step_and_splits_the_step():
     assert s["first_step_end_s"] == pytest.approx(102.0)  # its adapter is pushed at 1000 + 2 s; launch at 900
 
 
+def test_cpu_seconds_a_step_count_both_trees_over_the_timed_steps():
+    lines = trl_lines([0.5] * 4, step_s=0.5)
+    for line, cpu in zip(lines, (3.0, 0.8, 0.9, 1.0)):  # the first step warms up: left out
+        line["cpu_s"] = cpu
+    trl = sbs.summarize(sbs.trl_steps(lines, launch=995.0))
+    assert trl["cpu_s_per_step"] == pytest.approx(0.9)
+
+    rows = sbs.vfrl_steps(vfrl_metrics([0.5] * 4, step_s=2.0), launch=990.0)
+
+    def cpu_at(t):  # vLLM spins 1 CPU s a wall second, the trainer 0.5; by process name
+        return {"VLLM::Worker": t - 1000.0, "vf-vllm": 1.0}, {"vf-train": 0.5 * (t - 1000.0)}
+
+    sbs.add_vfrl_cpu(rows, cpu_at, launch=990.0)
+    ours = sbs.summarize(rows)
+    assert ours["cpu_vllm_s_per_step"] == pytest.approx(2.0) and ours["cpu_trainer_s_per_step"] == pytest.approx(1.0)
+    assert ours["cpu_s_per_step"] == pytest.approx(3.0)
+    assert sbs.cpu_cell(trl, ours) == "0.90 / 3.00 (2.00 + 1.00)"
+    assert sbs.cpu_cell(sbs.summarize(sbs.trl_steps(trl_lines([0.5] * 4), launch=995.0)), ours) == "-"  # older JSON
+
+
 def test_ratios_are_taken_within_a_round_then_their_median():
     # round 1: TRL 1 s vs ours 2 s (0.5x); round 2: TRL 4 s vs ours 2 s (2x); round 3: 3 s vs 3 s (1x).
     # The median of the same-round ratios is 1.0; the ratio of the medians (3 / 2) would be 1.5.
