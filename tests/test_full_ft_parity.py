@@ -4,6 +4,7 @@ lora_sync = "merged": a LoRA policy reaches vLLM the same way, its adapter merge
 
 import asyncio
 import json
+import os
 import subprocess
 import time
 import tomllib
@@ -205,16 +206,16 @@ def test_every_route_but_health_needs_the_api_key(vllm_server):
     assert {"/collective_rpc", "/pause", "/resume", "/reset_prefix_cache", "/tokenize", "/metrics"} <= checked
 
 
-def three_steps_reloading_every_weight(tmp_path, tiny_model, socket_label: str, **trainer_args):
-    """A real `vf-rl` run of 3 steps whose policies reach vLLM as full weights reloaded in place: it exits 0,
-    batch n is sampled by policy n-1, served == trained (mismatch_kl), vLLM loaded versions 0-3 and was started
-    without LoRA. Returns the run dir and the step records."""
+def three_steps_reloading_every_weight(tmp_path, tiny_model, socket_label: str, options=(), **trainer_args):
+    """A real `vf-rl` run of 3 steps (more vf-rl `options` if given) whose policies reach vLLM as full weights
+    reloaded in place: it exits 0, batch n is sampled by policy n-1, served == trained (mismatch_kl), vLLM loaded
+    versions 0-3 and was started without LoRA. Returns the run dir and the step records."""
     socket_name = tmux_socket(socket_label, tmp_path)
     cfg = write_config(tmp_path / "cfg.toml", tiny_model, port=0, output_dir=tmp_path / "outputs", max_steps=3,
                        **trainer_args)
     try:
-        proc = subprocess.run([str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", socket_name],
-                              capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        proc = subprocess.run([str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", socket_name,
+                               *options], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     finally:
         subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True)
     run_dir = tmp_path / "outputs" / "test"
@@ -262,10 +263,15 @@ def test_full_weight_mode_serves_without_lora_through_the_worker_extension():
 @pytest.mark.e2e
 def test_vf_rl_lora_merged_sync_three_steps(tmp_path, tiny_model):
     """LoRA training whose policies vLLM serves merged into its weights: no --enable-lora, one in-place
-    reload per step, the trained adapters in adapters/ as without merging, the layers LoRA skips untouched."""
+    reload per step, the trained adapters in adapters/ as without merging, the layers LoRA skips untouched.
+    The trainer runs with trainer.share_cpus (the pairing benchmarks/configs/19m.toml uses): on every core,
+    one thread each, OpenMP's idle threads asleep."""
     # small steps: mismatch_kl then measures sampled vs served, not one step's drift
-    run_dir, _ = three_steps_reloading_every_weight(tmp_path, tiny_model, "merged", lora_sync="merged",
-                                                    learning_rate=1e-4)
+    run_dir, _ = three_steps_reloading_every_weight(tmp_path, tiny_model, "merged", ["--trainer.share_cpus", "true"],
+                                                    lora_sync="merged", learning_rate=1e-4)
+    every = ",".join(map(str, sorted(os.sched_getaffinity(0))))
+    assert (f"vf-train: {len(os.sched_getaffinity(0))} thread(s) on cores {every} (idle threads sleep: "
+            "trainer.share_cpus)") in (run_dir / "logs" / "trainer.log").read_text()
     assert sorted(p.name for p in (run_dir / "adapters").iterdir()) == ["policy-2", "policy-3"]
     from safetensors.torch import load_file
 

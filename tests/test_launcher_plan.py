@@ -141,6 +141,19 @@ def test_without_gpu_the_cores_are_split(tmp_path):
     assert two.trainer.env["VFRL_TRAINER_CORES"] == "1"
 
 
+def test_share_cpus_puts_the_trainer_on_every_core_with_sleeping_threads(tmp_path):
+    c = cfg()
+    c.trainer.share_cpus = True
+    plan = make_plan(c, tmp_path, "s", Machine(0, 8), tmp_path)
+    assert plan.inference.env["VLLM_CPU_OMP_THREADS_BIND"] == "0-3"  # vLLM keeps its half
+    # no VFRL_TRAINER_CORES: vf-train does not pin itself; OpenMP's idle threads sleep instead of spinning
+    assert plan.trainer.env == {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "8", "OMP_WAIT_POLICY": "PASSIVE"}
+    assert "trainer with 8 thread(s) on every core, vLLM's too (trainer.share_cpus)" in render_plan(
+        plan, tmp_path, Machine(0, 8), "s")
+    c.trainer.processes = 2  # two CPU processes share the threads
+    assert make_plan(c, tmp_path, "s", Machine(0, 8), tmp_path).trainer.env["OMP_NUM_THREADS"] == "4"
+
+
 # ---- the user's CUDA_VISIBLE_DEVICES ----
 
 @pytest.mark.parametrize("visible, expected", [

@@ -374,7 +374,10 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
         inf_env["VLLM_CPU_OMP_THREADS_BIND"] = f"{cores[0]}-{cores[-1]}" if len(cores) > 1 else str(cores[0])
         tr_env["CUDA_VISIBLE_DEVICES"] = ""
         tr_env["OMP_NUM_THREADS"] = str(machine.cpus if remote else trainer_threads)
-        if not remote and machine.cpus > 1:  # the cores vLLM does not use (cpu_cores.py)
+        if not remote and cfg.trainer.share_cpus:  # every core, unpinned; idle threads must not spin on vLLM's
+            tr_env["OMP_NUM_THREADS"] = str(machine.cpus)
+            tr_env["OMP_WAIT_POLICY"] = "PASSIVE"
+        elif not remote and machine.cpus > 1:  # the cores vLLM does not use (cpu_cores.py)
             rest = range(len(cores), machine.cpus)
             tr_env[TRAINER_CORES_ENV] = f"{rest[0]}-{rest[-1]}" if len(rest) > 1 else str(rest[0])
     inf_cmd = [console_script("vf-vllm"), "@", str(config_file), "--pid-file", str(paths.inference_pid)]
@@ -608,6 +611,7 @@ def render_plan(plan: Plan, workdir: Path, machine: Machine, socket_name: str | 
     else:
         devices = (f"no GPU in use: inference on cores {plan.inference.env['VLLM_CPU_OMP_THREADS_BIND']}, "
                    f"trainer with {plan.trainer.env['OMP_NUM_THREADS']} thread(s)"
+                   + (" on every core, vLLM's too (trainer.share_cpus)" if plan.config.trainer.share_cpus else "")
                    + (f" x {plan.trainer_processes} processes" if plan.trainer_processes > 1 else ""))
     if (nodes := plan.config.trainer.nodes) > 1:
         devices += (f"; {nodes} trainer nodes, each this plan's trainer, a task of one srun step" if plan.job_node_rank
