@@ -37,25 +37,36 @@ needs_uv = pytest.mark.skipif(find_uv() is None, reason="uv is not installed (ve
 
 # --- what becomes of an episode (no verifiers needed: episodes are duck-typed) ---
 
-def fake_generated_batch(env, tiny_model, adapter: str, version: int, api_key: str = "k"):
-    """One batch of `env` (2 examples x 2 rollouts, max_tokens 16) sampled through FakeGenerate serving
-    `adapter` as policy `version`; returns the batch and the requests the fake server got."""
+async def sample_batch(env, base_url: str, api_key: str, policy: str, version: int, max_tokens: int):
+    """One batch of `env` (2 examples x 2 rollouts) sampled from `policy` by the trainer's Orchestrator."""
     from openai import AsyncOpenAI
 
-    from fake_generate import FakeGenerate
     from vfrl.config import TrainerArgs
     from vfrl.trainer.orchestrator import Orchestrator
 
+    args = TrainerArgs(batch_size=4, rollouts_per_example=2, max_tokens=max_tokens, eval_strategy="no",
+                       rollout_timeout=240)
+    try:
+        return await Orchestrator(env, AsyncOpenAI(base_url=base_url, api_key=api_key), args).generate(0, policy, version)
+    finally:
+        await env.aclose()
+
+
+def fake_generated_batch(env, tiny_model, adapter: str, version: int, api_key: str = "k"):
+    """One batch of `env` (max_tokens 16) sampled through FakeGenerate serving `adapter` as policy `version`;
+    returns the batch and the requests the fake server got."""
+    from fake_generate import FakeGenerate
+
     async def run():
         async with FakeGenerate(str(tiny_model), adapter=adapter) as fake:
-            client = AsyncOpenAI(base_url=fake.base_url, api_key=api_key)
-            args = TrainerArgs(batch_size=4, rollouts_per_example=2, max_tokens=16, eval_strategy="no",
-                               rollout_timeout=240)
-            batch = await Orchestrator(env, client, args).generate(0, adapter, version)
-            await env.aclose()
-            return batch, fake.requests
+            return await sample_batch(env, fake.base_url, api_key, adapter, version, max_tokens=16), fake.requests
 
     return asyncio.run(run())
+
+
+def served_batch(env, base_url: str, api_key: str, policy: str, version: int, max_tokens: int):
+    """One batch of `env` sampled from `policy` on the real server at base_url."""
+    return asyncio.run(sample_batch(env, base_url, api_key, policy, version, max_tokens))
 
 
 def branch(ids, mask, logprobs, trainable=True, messages=()):
@@ -365,28 +376,16 @@ def test_v1_package_samples_through_the_real_vllm_server(shared_vllm_server, tin
     logprobs of the sampled tokens must match vLLM's."""
     import httpx
     import torch
-    from openai import AsyncOpenAI
     from transformers import AutoModelForCausalLM
 
     from conftest import max_logprob_gap
-    from vfrl.config import TrainerArgs
     from vfrl.envs.loader import load_environment
-    from vfrl.trainer.orchestrator import Orchestrator
 
     monkeypatch.setenv("PYTHONPATH", str(PKGS))  # vf-eval finds the package
     base_url, key = shared_vllm_server.base_url, shared_vllm_server.api_key
     env = load_environment("v1-reverse")
 
-    async def run():
-        client = AsyncOpenAI(base_url=base_url, api_key=key)
-        args = TrainerArgs(batch_size=4, rollouts_per_example=2, max_tokens=12, eval_strategy="no",
-                           rollout_timeout=240)
-        try:
-            return await Orchestrator(env, client, args).generate(0, str(tiny_model), 0)
-        finally:
-            await env.aclose()
-
-    batch = asyncio.run(run())
+    batch = served_batch(env, base_url, key, str(tiny_model), 0, max_tokens=12)
     # vf-eval runs the same package against the same server
     evaluated = subprocess.run([str(BIN / "vf-eval"), "v1-reverse", "-b", base_url, "-k", "V1_TEST_KEY", "-n", "2",
                                 "-r", "1", "-t", "12", "-o", str(tmp_path / "eval")], capture_output=True, text=True,
@@ -419,13 +418,10 @@ def test_a_multi_turn_v1_package_sampled_after_a_sync_matches_the_trainer(shared
     """v1_two_words through the session's vf-vllm, sampled from an adapter just pushed as vf-train pushes it
     (AdapterSync): each episode is one branch, its replies mask 1 and the environment's turn mask 0, and the
     trainer's logprobs (the same LoRA, in peft) of every sampled token are vLLM's within 1e-4."""
-    from openai import AsyncOpenAI
     from transformers import AutoTokenizer
 
     from conftest import max_logprob_gap, trained_like_adapter
-    from vfrl.config import TrainerArgs
     from vfrl.envs.loader import load_environment
-    from vfrl.trainer.orchestrator import Orchestrator
     from vfrl.trainer.weight_sync import AdapterSync
 
     base_url, key = shared_vllm_server.base_url, shared_vllm_server.api_key
@@ -434,16 +430,7 @@ def test_a_multi_turn_v1_package_sampled_after_a_sync_matches_the_trainer(shared
     policy, _ = AdapterSync(base_url, key, tmp_path / "adapters").push(model, 31)
     env = load_environment("v1-two-words")
 
-    async def run():
-        client = AsyncOpenAI(base_url=base_url, api_key=key)
-        args = TrainerArgs(batch_size=4, rollouts_per_example=2, max_tokens=24, eval_strategy="no",
-                           rollout_timeout=240)
-        try:
-            return await Orchestrator(env, client, args).generate(0, policy, 31)
-        finally:
-            await env.aclose()
-
-    batch = asyncio.run(run())
+    batch = served_batch(env, base_url, key, policy, 31, max_tokens=24)
     tok = AutoTokenizer.from_pretrained(str(tiny_model))
     assert len(batch.rollouts) == 4 and batch.metrics["rollouts_dropped"] == 0
     for r in batch.rollouts:
