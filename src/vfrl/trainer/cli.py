@@ -30,11 +30,6 @@ def train(
     from vfrl.cpu_cores import TRAINER_CORES_ENV, pin
 
     pin(os.environ.get(TRAINER_CORES_ENV))  # no GPU: the cores vLLM does not use (cpu_cores.py)
-    if os.environ.get("CUDA_VISIBLE_DEVICES") == "" and hasattr(os, "sched_getaffinity"):  # the plan's CPU split
-        cores = ",".join(map(str, sorted(os.sched_getaffinity(0))))
-        print(f"vf-train: {os.environ.get('OMP_NUM_THREADS', 'all')} thread(s) on cores {cores}"
-              + (" (idle threads sleep: trainer.share_cpus)" if os.environ.get("OMP_WAIT_POLICY") == "PASSIVE" else ""),
-              flush=True)
     # SIGTERM (Slurm's scancel, a job's time limit) is a stop like Ctrl-C: the step is finished or dropped, the
     # adapters on disk stay whole, and the exit code says interrupted
     signal.signal(signal.SIGTERM, signal.default_int_handler)
