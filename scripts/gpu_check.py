@@ -289,7 +289,8 @@ def train_steps(ctx: Context, trainer, steps: int) -> dict:
     from vfrl.launcher.memory import model_shape, trainer_need
 
     a = trainer.args
-    trainable = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    # kept on the CPU: a copy on the GPU counted in the peak (1.84 GiB of full fine-tuning's 36.2 on the H100)
+    trainable = {n: p.detach().to("cpu", copy=True) for n, p in trainer.model.named_parameters() if p.requires_grad}
     weights_only = ctx.reset_peak()
     first = trainer.train_step(fake_batch(trainer, seed=0))
     base = ctx.reset_peak()
@@ -302,7 +303,8 @@ def train_steps(ctx: Context, trainer, steps: int) -> dict:
         ctx.sync()
         times.append(time.perf_counter() - t0)
     peak = ctx.peak()
-    changed = sum(not p.detach().equal(trainable[n]) for n, p in trainer.model.named_parameters() if n in trainable)
+    changed = sum(not p.detach().cpu().equal(trainable[n]) for n, p in trainer.model.named_parameters()
+                  if n in trainable)
     tokens = a.batch_size * a.max_seq_len
     step_s = sorted(times)[len(times) // 2]
     flops = model_flops(ctx, tokens, a.batch_size * a.max_tokens, a.max_seq_len, full=not a.use_lora)

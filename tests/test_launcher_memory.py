@@ -86,14 +86,16 @@ def test_vllm_needs_its_weights_in_the_served_dtype_and_one_sequence_of_kv_cache
     assert vllm_need(shape, {"tensor_parallel_size": 2}).parts["weights"] == 494_032_768  # per GPU
 
 
-def test_trainer_full_fine_tuning_holds_weights_gradients_and_two_adamw_states(tmp_path):
+def test_trainer_full_fine_tuning_holds_fp32_weights_gradients_and_two_adamw_states(tmp_path):
+    """bf16 or not, full fine-tuning trains fp32 master weights (a bf16 weight drops small updates): measured on an
+    H100, 9.28 GiB after the first step, this estimate 7.36 + 1.84 of the check's own copy of the weights."""
     shape = model_shape(folder(tmp_path, QWEN_05B) / "config.json")
     full = trainer_need(shape, cfg(use_lora=False, bf16=True))
     p = 494_032_768
-    assert (full.parts["weights"], full.parts["gradients"], full.parts["AdamW states"]) == (2 * p, 2 * p, 4 * p)
-    assert full.static_total == 8 * p
+    assert (full.parts["weights"], full.parts["gradients"], full.parts["AdamW states"]) == (4 * p, 4 * p, 8 * p)
+    assert full.static_total == 16 * p
     with_ref = trainer_need(shape, cfg(use_lora=False, bf16=True, beta=0.04))
-    assert with_ref.parts["frozen reference model"] == 2 * p
+    assert with_ref.parts["frozen reference model"] == 2 * p  # in the compute dtype
     fp32 = trainer_need(shape, cfg(use_lora=False))
     assert fp32.static_total == 16 * p
 

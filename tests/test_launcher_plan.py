@@ -267,7 +267,7 @@ def test_full_fine_tuning_that_cannot_fit_beside_vllm_is_refused_with_the_number
         make_plan(c, tmp_path / "run", "s", H100, tmp_path)
     assert str(e.value) == (
         "trainer.args.use_lora = false is invalid: full fine-tuning of models/qwen2.5-0.5b-instruct (14.77B parameters) "
-        "needs 110.0 GiB before activations (weights 27.5 + gradients 27.5 + AdamW states 55.0) and vLLM 29.4 GiB "
+        "needs 220.1 GiB before activations (weights 55.0 + gradients 55.0 + AdamW states 110.0) and vLLM 29.4 GiB "
         "(weights 27.5 + KV cache of one 2048-token sequence 0.4 + overhead 1.5); with two CUDA contexts (1.0 GiB) "
         "that is more than one 79.6 GiB GPU holds; use LoRA (trainer.args.use_lora = true) or give the trainer GPUs "
         "of its own")
@@ -279,9 +279,9 @@ def test_full_fine_tuning_that_cannot_fit_beside_vllm_is_refused_with_the_number
     (0.01, "inference.args.gpu_memory_utilization = 0.01 is invalid: must be at least 0.04 on the 79.6 GiB GPU it "
            "shares with the trainer: vLLM needs 2.4 GiB (weights 0.9 + KV cache of one 2048-token sequence 0.0 + "
            "overhead 1.5)"),
-    (0.98, "inference.args.gpu_memory_utilization = 0.98 is invalid: must be at most 0.94 on the 79.6 GiB GPU it "
-           "shares with the trainer: the trainer needs 3.7 GiB before activations (weights 0.9 + gradients 0.9 + "
-           "AdamW states 1.8), plus 1.0 GiB for two CUDA contexts"),
+    (0.98, "inference.args.gpu_memory_utilization = 0.98 is invalid: must be at most 0.89 on the 79.6 GiB GPU it "
+           "shares with the trainer: the trainer needs 7.4 GiB before activations (weights 1.8 + gradients 1.8 + "
+           "AdamW states 3.7), plus 1.0 GiB for two CUDA contexts"),
 ])
 def test_a_given_vllm_share_that_cannot_fit_is_refused_with_the_bounds(tmp_path, util, message):
     c = shipped("qwen2.5-0.5b-instruct.toml", tmp_path, QWEN_05B, use_lora=False)

@@ -230,6 +230,52 @@ def test_full_fine_tuning_step_with_kl_against_the_frozen_base(tiny_model, tmp_p
     assert trainer.train_step(batch)["kl"] > 0
 
 
+@pytest.fixture
+def fresh_accelerate_state():
+    """accelerate keeps one process-wide state, and the other tests' Accelerators have no mixed precision."""
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
+@pytest.mark.parametrize("use_lora", [True, False])
+@pytest.mark.usefixtures("fresh_accelerate_state")
+def test_a_bf16_step_runs_as_on_a_gpu_and_full_fine_tuning_moves_every_weight(tiny_model, tmp_path, use_lora):
+    """bf16 as a GPU runs it: accelerate's mixed precision, which hands the model's outputs back in fp32. The H100
+    found two faults no CPU run had: lm_head's chunks met fp32 hidden states with bf16 weights (a dtype error at
+    the first step), and full fine-tuning on bf16 weights dropped every update under half a weight's rounding step
+    (the 49 norm weights, at 1.0, never moved). Now the step runs and, from fp32 master weights, every weight moves."""
+    trainer = make_trainer(tiny_model, tmp_path, bf16=True, use_lora=use_lora, learning_rate=1e-5)
+    assert trainer.accelerator.mixed_precision == "bf16"
+    batch = fake_batch(trainer)
+    before = trainable(trainer)
+    stats = trainer.train_step(batch)
+    assert math.isfinite(stats["loss"]) and stats["mismatch_kl"] < 1e-2
+    after = trainable(trainer)
+    moved = [n for n in before if not torch.equal(before[n], after[n])]
+    if use_lora:  # lora_B starts at 0, so lora_A gets no gradient in the first step
+        assert moved and all("lora_B" in n for n in moved)
+    else:
+        assert len(moved) == len(before) and all(p.dtype == torch.float32 for p in after.values())
+
+
+def test_lm_head_outside_the_forward_runs_without_its_module_hooks(tiny_model):
+    """FSDP2 hooks a sharded lm_head: called again outside the forward, its group was freed in the middle of
+    backward (an illegal memory access on the H100). The chunks apply a plain Linear head's weight directly."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    calls = []
+    model.get_output_embeddings().register_forward_pre_hook(lambda m, args: calls.append(args[0].shape[1]))
+    ids = torch.randint(0, 50, (2, 12))
+    chunked = sequence_logprobs(model, ids, torch.ones_like(ids), chunk_size=5)
+    assert calls == [0]  # the model's own forward, at no position (logits_to_keep)
+    naive, _ = naive_sequence_logprobs(model, ids, torch.ones_like(ids), with_entropy=False)
+    assert (chunked - naive).abs().max() < 1e-5
+
+
 def test_micro_batches_go_by_length_without_padding_columns_and_keep_the_gradient(tiny_model, tmp_path):
     from vfrl.trainer.batch import make_train_batch
 

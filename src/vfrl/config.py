@@ -151,7 +151,9 @@ class TrainerArgs(Strict):
     warmup_steps: int = Field(0, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
     weight_decay: float = Field(0.0, ge=0)
-    bf16: bool = False
+    bf16: bool = Field(False, description=(
+        "Compute in bf16 (accelerate's mixed precision). LoRA keeps the base model in bf16 and the adapter in fp32; "
+        "full fine-tuning keeps fp32 master weights, since bf16 weights drop updates smaller than their rounding."))
     gradient_checkpointing: bool = False
     # ---- algorithm: advantages, loss, masking (see trainer/loss.py, normalization.py, batch.py) ----
     loss_type: Literal["ratio_mask", "ppo_clip", "gspo"] = Field(

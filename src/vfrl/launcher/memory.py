@@ -5,7 +5,8 @@ cache) and the trainer must live in the rest. plan.py decides the split and refu
 this module only counts bytes. Parts are named so a plan (and an error) can show where they go:
 
     vLLM      weights (inference dtype) + KV cache of one max_model_len sequence + runtime overhead
-    trainer   weights (bf16 or fp32) + gradients and AdamW states of what trains (+ a frozen reference)
+    trainer   weights (LoRA: the base in the compute dtype; full fine-tuning: fp32 master weights) + gradients
+              and AdamW states of what trains (+ a frozen reference)
               + activations of one micro-batch + the chunked lm_head's logits
 
 The static parts (weights, gradients, optimizer states) are exact up to a few MiB; activations are an
@@ -181,13 +182,13 @@ def trainer_need(shape: ModelShape, cfg: RLConfig, processes: int = 1) -> Need:
     b = 2 if a.bf16 else 4
     # ZeRO-3 and FSDP shard weights, gradients and optimizer states over the processes; DDP replicates them
     shards = processes if cfg.trainer.accelerate_config in ("zero3", "fsdp") else 1
-    parts = {"weights": shape.params * b / shards}
-    if a.use_lora:
+    if a.use_lora:  # the frozen base in the compute dtype
+        parts = {"weights": shape.params * b / shards}
         parts["LoRA weights, gradients and AdamW states"] = (
             lora_params(shape, a.lora_rank, a.lora_modules_to_save) * LORA_BYTES_PER_PARAM / shards)
-    else:  # torch's AdamW keeps its two states in the parameters' dtype
-        parts["gradients"] = shape.params * b / shards
-        parts["AdamW states"] = 2 * shape.params * b / shards
+    else:  # fp32 master weights (vfrl.trainer.policy); torch's AdamW keeps its two states in their dtype
+        parts = {"weights": shape.params * 4 / shards, "gradients": shape.params * 4 / shards,
+                 "AdamW states": 2 * shape.params * 4 / shards}
         if a.beta > 0:
             parts["frozen reference model"] = shape.params * b
     static = tuple(parts)

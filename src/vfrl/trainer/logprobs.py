@@ -42,7 +42,7 @@ def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, lm_head, temper
     has_bias = getattr(lm_head, "bias", None) is not None
     if temperature != 1.0 and not has_bias:
         hidden = hidden / temperature  # lm_head is linear: scaling (N, H) is cheaper than scaling (N, V)
-    logits = lm_head(hidden).float()  # (N, V): the only full-vocabulary tensor
+    logits = _apply_head(lm_head, hidden).float()  # (N, V): the only full-vocabulary tensor
     if temperature != 1.0 and has_bias:
         logits = logits / temperature
     logprobs = _TargetLogprob.apply(logits, targets)
@@ -51,6 +51,18 @@ def _chunk_logprobs(hidden: torch.Tensor, targets: torch.Tensor, lm_head, temper
         with torch.no_grad():
             entropy = torch.logsumexp(logits, dim=-1) - torch.softmax(logits, dim=-1).mul_(logits).sum(-1)
     return logprobs, entropy
+
+
+def _apply_head(lm_head, hidden: torch.Tensor) -> torch.Tensor:
+    """lm_head(hidden), outside the model's forward. A plain Linear with its weight in hand runs as F.linear:
+    calling an FSDP2-sharded module would run FSDP's hooks a second time, outside the forward, and its group
+    is then freed in the middle of backward (an illegal memory access on an H100, full fine-tuning under
+    configs/accelerate/fsdp.yaml; docs/gpu.md). A wrapped head (peft) or a ZeRO-3-partitioned one (an empty
+    weight until its module is called) runs as a module."""
+    weight = getattr(lm_head, "weight", None)
+    if isinstance(lm_head, torch.nn.Linear) and weight is not None and weight.numel() > 0:
+        return torch.nn.functional.linear(hidden, weight, lm_head.bias)
+    return lm_head(hidden)
 
 
 def _has_logit_transform(config) -> bool:
@@ -96,6 +108,9 @@ def sequence_logprobs_and_entropy(
     positions = positions.bool()
     h, targets = hidden[positions], input_ids[:, 1:][positions]  # (N, H), (N,)
     lm_head = inner.get_output_embeddings()
+    # accelerate's mixed precision hands a prepared model's outputs back in fp32 (bf16 weights on a GPU):
+    # lm_head runs in its own weights' dtype, as it does inside the model's forward
+    h = h.to(getattr(lm_head, "weight", h).dtype)
     parts = []
     for s in range(0, h.shape[0], chunk_size):
         args = (h[s : s + chunk_size], targets[s : s + chunk_size], lm_head, temperature, with_entropy)

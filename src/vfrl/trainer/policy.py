@@ -31,12 +31,20 @@ def make_accelerator(args: TrainerArgs):
     )
 
 
+def compute_dtype(args: TrainerArgs) -> torch.dtype:
+    return torch.bfloat16 if args.bf16 else torch.float32
+
+
 def load_policy(config: RLConfig) -> torch.nn.Module:
     """The base model, wrapped in a fresh LoRA adapter when use_lora (else every parameter trains)."""
     from transformers import AutoModelForCausalLM
 
     args = config.args
-    model = AutoModelForCausalLM.from_pretrained(config.model, dtype=torch.bfloat16 if args.bf16 else torch.float32)
+    # bf16 computes in bf16, but what trains keeps fp32 weights: a bf16 weight drops every AdamW update under half
+    # its rounding step (at 1.0 that step is 0.0078), so full fine-tuning loads fp32 and accelerate's mixed
+    # precision runs the forward and backward in bf16. LoRA: the frozen base in bf16, peft's adapter in fp32.
+    model = AutoModelForCausalLM.from_pretrained(config.model, dtype=compute_dtype(args) if args.use_lora
+                                                 else torch.float32)
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     if not args.use_lora:

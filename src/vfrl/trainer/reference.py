@@ -14,14 +14,15 @@ from vfrl.trainer.logprobs import sequence_logprobs
 
 
 class ReferencePolicy:
-    def __init__(self, model, model_path: str, use_lora: bool):
+    def __init__(self, model, model_path: str, use_lora: bool, dtype: torch.dtype | None = None):
         self.model = model  # the trained model (possibly wrapped by accelerate)
         self.frozen = None
         if not use_lora:
             from transformers import AutoModelForCausalLM
 
             inner = getattr(model, "module", model)
-            self.frozen = AutoModelForCausalLM.from_pretrained(model_path, dtype=inner.dtype).to(inner.device)
+            # dtype: the compute dtype (the trained model may hold fp32 master weights of a bf16 run)
+            self.frozen = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype or inner.dtype).to(inner.device)
             self.frozen.requires_grad_(False).eval()
 
     @torch.no_grad()

@@ -46,7 +46,7 @@ from vfrl.trainer.inference_watch import (
 from vfrl.trainer.mismatch import MismatchWatch
 from vfrl.trainer.orchestrator import Batch, Orchestrator
 from vfrl.trainer.torch_thread import TorchThread
-from vfrl.trainer.policy import load_policy, make_accelerator, prepare_training
+from vfrl.trainer.policy import compute_dtype, load_policy, make_accelerator, prepare_training
 from vfrl.trainer.wandb_sink import NoWandb, WandbSink
 from vfrl.trainer.weight_sync import WeightSync, weight_sync_for
 
@@ -113,7 +113,8 @@ class RLTrainer:
         self.tokenizer = AutoTokenizer.from_pretrained(config.model)
         self.model, self.optimizer, self.scheduler = prepare_training(self.accelerator, load_policy(config), self.args)
         # the KL penalty's reference policy (beta > 0): see reference.py
-        self.reference = ReferencePolicy(self.model, config.model, self.args.use_lora) if self.args.beta > 0 else None
+        self.reference = (ReferencePolicy(self.model, config.model, self.args.use_lora, compute_dtype(self.args))
+                          if self.args.beta > 0 else None)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         # ---- what it trains on, and where it pushes each version (weight_sync.py) ----
         self.env = env if env is not None else load_configured_environment(config.env.id, config.env.args, config.env.renderer)
@@ -270,17 +271,21 @@ class RLTrainer:
         iteration also fixes mb's old and reference logprobs. `must_backward`: this backward is the one DDP
         all-reduces in, so it runs even without loss tokens (every rank must join)."""
         a = self.args
-        logprobs, entropy = sequence_logprobs_and_entropy(self.model, mb.input_ids, mb.attention_mask, a.temperature,
-                                                          mb.loss_mask > 0, a.logprob_chunk_size, with_entropy=first)
-        sums = self.fix_old_policy(mb, logprobs.detach(), entropy) if first else {}
+        # lm_head's chunks (and the reference) run outside the model's forward: under the same autocast as it
+        with self.accelerator.autocast():
+            logprobs, entropy = sequence_logprobs_and_entropy(self.model, mb.input_ids, mb.attention_mask,
+                                                              a.temperature, mb.loss_mask > 0, a.logprob_chunk_size,
+                                                              with_entropy=first)
+            sums = self.fix_old_policy(mb, logprobs.detach(), entropy) if first else {}
         out = compute_loss(LossInputs(logprobs, mb.old_logprobs, mb.ref_logprobs, mb.advantages, mb.loss_mask,
                                       mb.loss_weights), a)
         if first and out.kl is not None:
             sums["kl"] = float(out.kl)
         backward = out.loss * self.ranks.world_size  # DDP averages over ranks; see train_step
         if not out.loss.requires_grad and must_backward:  # no loss tokens, so no forward ran: a zero-gradient one
-            full, _ = sequence_logprobs_and_entropy(self.model, mb.input_ids, mb.attention_mask, a.temperature, None,
-                                                    a.logprob_chunk_size, with_entropy=False)
+            with self.accelerator.autocast():
+                full, _ = sequence_logprobs_and_entropy(self.model, mb.input_ids, mb.attention_mask, a.temperature,
+                                                        None, a.logprob_chunk_size, with_entropy=False)
             backward = 0.0 * full.sum()
         if backward.requires_grad:  # a micro-batch without loss tokens has nothing to backpropagate
             self.accelerator.backward(backward)
