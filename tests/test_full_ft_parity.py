@@ -96,6 +96,9 @@ def test_vllm_logprobs_match_trainer_after_full_weight_sync(vllm_server, sync, t
         assert check["stale"] == {}, check
         assert sync.last["repacked"], "no packed layer rebuilt: is this the CPU build?"
     assert sorted(p.name for p in (tmp / "weights").iterdir()) == ["step-1", "step-2"]
+    # the worker the weights went to ran inside the engine core (the CPU build's uni executor): no worker process
+    log = (tmp / "server.log").read_text()
+    assert "(EngineCore pid=" in log and "(Worker pid=" not in log and "VllmWorker" not in log
 
 
 def long_requests_with_a_sync_midway(base_url, model_name, push, n=4, max_tokens=900):
@@ -258,6 +261,24 @@ def test_full_weight_mode_serves_without_lora_through_the_worker_extension():
     lora = server_argv("m", "127.0.0.1", 8000, 8, {})
     assert "--enable-lora" in lora and "--worker-extension-cls" not in lora
     assert "VLLM_SERVER_DEV_MODE" not in server_env({}, full_weights=False)
+
+
+def test_the_cpu_build_runs_its_one_worker_in_the_engine_core(monkeypatch):
+    """A worker process of its own would import vLLM again (~8 s of a ~34 s start here): on the CPU build,
+    one worker runs in the engine core (uni executor), unless the user asks for more or for another one."""
+    from vfrl.inference import server
+
+    monkeypatch.setattr(server, "_has_cuda", lambda: False)
+    for rank in (8, None):
+        argv = server.server_argv("m", "127.0.0.1", 8000, rank, {})
+        assert argv[argv.index("--distributed-executor-backend") + 1] == "uni"
+        assert server.server_env({}, rank is None, argv)["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    for extra in ({"tensor_parallel_size": 2}, {"distributed_executor_backend": "mp"}):
+        argv = server.server_argv("m", "127.0.0.1", 8000, 8, extra)
+        assert "uni" not in argv and "VLLM_ENABLE_V1_MULTIPROCESSING" not in server.server_env({}, False, argv)
+    monkeypatch.setattr(server, "_has_cuda", lambda: True)
+    argv = server.server_argv("m", "127.0.0.1", 8000, 8, {})
+    assert "--distributed-executor-backend" not in argv and "VLLM_ENABLE_V1_MULTIPROCESSING" not in server.server_env({}, False, argv)
 
 
 @pytest.mark.e2e

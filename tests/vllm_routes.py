@@ -29,10 +29,11 @@ def routes(config: Path, server_log: Path) -> dict:
     from vfrl.inference.server import config_argv, server_env
 
     cfg = load_config(config)
-    args = make_arg_parser(FlexibleArgumentParser()).parse_args(config_argv(cfg)[3:])  # after `python -m MODULE`
+    argv = config_argv(cfg)
+    args = make_arg_parser(FlexibleArgumentParser()).parse_args(argv[3:])  # after `python -m MODULE`
     tasks = re.search(r"Supported tasks: (.+)$", server_log.read_text(), re.M)
     assert tasks, f"no 'Supported tasks' line in {server_log}"
-    with mock.patch.dict(os.environ, server_env({}, full_weights=not cfg.args.use_lora)):
+    with mock.patch.dict(os.environ, server_env({}, not cfg.args.use_lora, argv)):
         app = build_app(args, tuple(ast.literal_eval(tasks.group(1))), None)
     samples = {convertors.IntegerConvertor: 1, convertors.FloatConvertor: 1.5, convertors.UUIDConvertor: uuid.UUID(int=1)}
     paths, websockets = set(), set()
