@@ -28,6 +28,8 @@ SCRIPT = textwrap.dedent("""
     from pathlib import Path
     from vfrl.trainer.torch_thread import TorchThread
 
+    # Python's own handler, as in a terminal: a test run started in the background inherits SIGINT ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     out = Path(sys.argv[1])
     started = threading.Event()
 
