@@ -1,8 +1,8 @@
 """No GPU: vLLM and the trainer each keep to their own cores.
 
 The launch plan splits the cores (plan.split_cpus): vLLM's worker threads are bound to the first half by
-vLLM itself (VLLM_CPU_OMP_THREADS_BIND), but its API server and engine core are not, and they busy-wait
-on their shared-memory queues; the trainer's threads float over every core. So each side pins its
+vLLM itself (VLLM_CPU_OMP_THREADS_BIND), but its API server and the rest of its engine core (which runs the
+worker: inference/server.py) are not; the trainer's threads float over every core. So each side pins its
 whole process tree: vf-vllm to the cores in VLLM_CPU_OMP_THREADS_BIND, vf-train to those in
 VFRL_TRAINER_CORES (the rest). Cores this process may not use are left out; none left: no pinning.
 """

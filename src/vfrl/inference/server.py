@@ -181,7 +181,7 @@ def serve(
     argv = config_argv(cfg, port)
     if pid_file:  # this process, not the server: it lives until the server and all it started are gone
         pid_file.write_text(str(os.getpid()))
-    if not _has_cuda():  # the CPU build: the server, its engine core and workers stay on vLLM's cores
+    if not _has_cuda():  # the CPU build: the server and its engine core stay on vLLM's cores
         from vfrl.cpu_cores import pin
 
         pin(os.environ.get("VLLM_CPU_OMP_THREADS_BIND"))
