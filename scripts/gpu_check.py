@@ -14,6 +14,8 @@ random weights and the tiny model's character tokenizer padded to that vocabular
     logprobs            chunked lm_head logprobs vs naive full-vocabulary logits: values, gradients, peak memory
     train_lora          RLTrainer.train_step with LoRA in bf16: tokens/s, MFU, peak memory vs the launcher's estimate
     train_full          the same, full fine-tuning
+    resume_<lora|full>  step, checkpoint, step; a fresh trainer resumed from the checkpoint takes the same second
+                        step (RNG states restored: LoRA dropout draws from the CUDA RNG)
     accelerate_<cfg>_<lora|full>   one train step under `accelerate launch` with each bundled config that runs on one GPU
     shared_plan         vf-rl's one-GPU plan of configs/rl/qwen2.5-0.5b-instruct.toml, then the trainer's steps inside
                         the memory the plan leaves it (torch.cuda.set_per_process_memory_fraction)
@@ -588,6 +590,100 @@ def check_vf_rl_shared_run(ctx: Context) -> dict:
     return out
 
 
+def trainable_copy(trainer) -> dict:
+    import torch
+
+    return {n: p.detach().to("cpu", dtype=torch.float32, copy=True) for n, p in trainer.model.named_parameters()
+            if p.requires_grad}
+
+
+class CheckFailed(RuntimeError):
+    """A check that ran but did not pass; `result` holds what it measured."""
+
+    def __init__(self, message: str, result: dict):
+        super().__init__(message)
+        self.result = result
+
+
+def relative_distance(a: dict, b: dict, scale: float) -> float:
+    """||a - b|| over every tensor, divided by `scale`."""
+    return math.sqrt(sum(float((a[n] - b[n]).double().pow(2).sum()) for n in a)) / scale
+
+
+def check_resume(ctx: Context, use_lora: bool) -> dict:
+    """A step, a checkpoint (trainer.save), a second step; then a fresh trainer resumed from that checkpoint
+    (trainer.resume) takes the same second step. A GPU step need not be bit-exact (some backward kernels add in
+    any order, and AdamW's first steps magnify noise in near-zero gradients), so the resumed step is measured
+    against the GPU's own noise: the same resume stepped twice. Passes when the RNG states come back as saved,
+    and the resumed step is as close to the continued one as the GPU's noise allows (distances relative to the
+    step's update). LoRA trains with lora_dropout 0.1, whose masks draw from the (CUDA) RNG: the same resume
+    with another seed must land clearly farther away, or the restored RNG was never exercised."""
+    import gc
+
+    import torch
+
+    from vfrl.trainer.checkpoint import latest_checkpoint, rng_states
+
+    run = ctx.workdir / f"run-resume-{'lora' if use_lora else 'full'}"
+    shutil.rmtree(run, ignore_errors=True)
+    extra = {"lora_dropout": 0.1} if use_lora else {}
+    first = make_trainer(ctx, run, use_lora, **extra)
+    first.train_step(fake_batch(first, seed=1))
+    second = fake_batch(first, seed=2)  # before the checkpoint: its logprobs' forward may draw from the RNG too
+    t0 = time.perf_counter()
+    first.save(1, None)
+    save_s = time.perf_counter() - t0
+    path = latest_checkpoint(first.checkpoints_dir)
+    saved_rng = rng_states()
+    before = trainable_copy(first)
+    stats = first.train_step(second)
+    continued = trainable_copy(first)
+    del first
+    gc.collect()
+    if ctx.device == "cuda":
+        torch.cuda.empty_cache()
+
+    again = make_trainer(ctx, run, use_lora, **extra)
+
+    def resumed_step(seed: int | None = None) -> tuple[dict, float, dict]:
+        t0 = time.perf_counter()
+        step, _ = again.resume(path)
+        took = time.perf_counter() - t0
+        if step != 1:
+            raise RuntimeError(f"resumed at step {step}, saved at 1")
+        rng = rng_states()
+        if seed is not None:
+            torch.manual_seed(seed)
+            if ctx.device == "cuda":
+                torch.cuda.manual_seed_all(seed)
+        loss = again.train_step(second)["loss"]
+        return trainable_copy(again), took, {k: all(torch.equal(x, y) for x, y in zip(saved_rng[k], rng[k]))
+                                             if k == "cuda" else bool(torch.equal(saved_rng[k], rng[k]))
+                                             if k == "torch" else saved_rng[k] == rng[k]
+                                             for k in saved_rng if k != "numpy"} | {"loss": loss}
+
+    resumed, resume_s, restored = resumed_step()
+    resumed_loss = restored.pop("loss")
+    twice, _, _ = resumed_step()
+    update = relative_distance(continued, before, 1.0)
+    out = {"checkpoint": path.name, "save_s": round(save_s, 2), "resume_s": round(resume_s, 2),
+           "rng_restored": restored, "tensors": len(continued), "update_norm": update,
+           "resumed_vs_continued": relative_distance(continued, resumed, update),
+           "noise_resumed_twice": relative_distance(resumed, twice, update),
+           "loss": {"continued": stats["loss"], "resumed": resumed_loss}}
+    noise = max(out["noise_resumed_twice"], 1e-6)
+    if use_lora:  # the dropout masks change with the seed, so must the step
+        other, _, _ = resumed_step(seed=12345)
+        out["other_seed_vs_continued"] = relative_distance(continued, other, update)
+    if not all(restored.values()):
+        raise CheckFailed(f"RNG states not restored as saved: {restored}", out)
+    if not out["resumed_vs_continued"] <= 3 * noise:
+        raise CheckFailed(f"the resumed step is {out['resumed_vs_continued']:.3g} of an update from the continued "
+                          f"one, the GPU's own noise {out['noise_resumed_twice']:.3g}", out)
+    if use_lora and not out["other_seed_vs_continued"] > 3 * noise:
+        raise CheckFailed("another seed gave the same step: the dropout masks did not depend on the restored RNG", out)
+    return out
+
 # ---- what runs, in which order, and what each needs ----
 
 def checks(ctx: Context) -> list[tuple[str, callable, tuple[str, ...], tuple[str, ...]]]:
@@ -601,6 +697,8 @@ def checks(ctx: Context) -> list[tuple[str, callable, tuple[str, ...], tuple[str
         ("logprobs", check_logprobs, base + ("peft",), ("model",)),
         ("train_lora", lambda c: check_train(c, True), trainer, ("model",)),
         ("train_full", lambda c: check_train(c, False), trainer, ("model",)),
+        ("resume_lora", lambda c: check_resume(c, True), trainer, ("model",)),
+        ("resume_full", lambda c: check_resume(c, False), trainer, ("model",)),
     ]
     for name in ACCELERATE:
         for mode in ("lora", "full"):
@@ -645,7 +743,8 @@ def run_here(fn, ctx: Context) -> dict:
     except Skip as e:
         return {"status": "skipped", "reason": str(e)}
     except Exception as e:  # a failed check is a result, not the end of the run
-        return {"status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]}
+        return {"status": "failed", "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:],
+                **({"result": e.result} if isinstance(e, CheckFailed) else {})}
 
 
 def run_isolated(name: str, a: argparse.Namespace, timeout: float) -> dict:

@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAINER_CHECKS = ["machine", "model", "logprobs", "train_lora", "train_full", "shared_plan"]
+TRAINER_CHECKS = ["machine", "model", "logprobs", "train_lora", "train_full", "resume_lora", "resume_full",
+                  "shared_plan"]
 
 
 def test_gpu_check_script_runs_its_trainer_checks_on_the_cpu_and_writes_results(tmp_path):
@@ -22,9 +23,14 @@ def test_gpu_check_script_runs_its_trainer_checks_on_the_cpu_and_writes_results(
     for name in ("train_lora", "train_full"):
         r = checks[name]["result"]
         assert r["tokens_per_s"] > 0 and r["tensors_changed"].split(" of ")[0] == r["tensors_changed"].split(" of ")[1]
+    for name in ("resume_lora", "resume_full"):  # the resumed step is the continued one, bit for bit on a CPU
+        r = checks[name]["result"]
+        assert r["resumed_vs_continued"] == r["noise_resumed_twice"] == 0.0 < r["update_norm"]
+        assert all(r["rng_restored"].values()) and r["loss"]["continued"] == r["loss"]["resumed"]
+    assert checks["resume_lora"]["result"]["other_seed_vs_continued"] > 0.01  # dropout drew from the RNG
     plan = checks["shared_plan"]["result"]
     assert plan["derived"] and 0 < plan["gpu_memory_utilization"] < 1
-    assert "logprobs" in run.stdout and "6 checks: 0 failed" in run.stdout  # the printed summary
+    assert "logprobs" in run.stdout and "8 checks: 0 failed" in run.stdout  # the printed summary
 
 
 def test_a_check_that_cannot_run_here_is_skipped_with_the_reason(tmp_path):
