@@ -11,6 +11,8 @@ fine-tuning's (0.56 s) at the same shapes, although LoRA skips every base weight
     lora_input_cast   the same with peft's own input cast back on (each adapter's input copied to fp32, and
                       autocast copies it back to bf16): what the trainer did before
     lora_bf16_adapter the adapter's weights cast to bf16 as well
+    lora_liger, full_liger   Liger's fused RMSNorm, rotary and SwiGLU kernels patched into transformers' Qwen2
+                      (liger-kernel, if installed; the patch is process-wide, so these run last)
     full              every weight trains (fp32 master weights, bf16 autocast)
 
 For each: a warm-up step, 2 timed steps (median), then one profiled step: the top operators by CUDA time,
@@ -57,7 +59,12 @@ def main() -> None:
     results = {"gpu": torch.cuda.get_device_name(0) if cuda else "cpu", "torch": torch.__version__, "variants": {}}
     kept = {}
     for variant in a.variants:
-        trainer = gc_mod.make_trainer(ctx, Path(a.workdir) / f"run-profile-{variant}", variant != "full")
+        if variant.endswith("_liger"):
+            from liger_kernel.transformers import apply_liger_kernel_to_qwen2
+
+            apply_liger_kernel_to_qwen2(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                        fused_linear_cross_entropy=False)
+        trainer = gc_mod.make_trainer(ctx, Path(a.workdir) / f"run-profile-{variant}", not variant.startswith("full"))
         if variant == "lora_input_cast":
             from peft.tuners.tuners_utils import BaseTunerLayer
 
@@ -68,7 +75,7 @@ def main() -> None:
             for name, param in trainer.model.named_parameters():
                 if param.requires_grad:
                     param.data = param.data.to(torch.bfloat16)
-        trainer.train_step(gc_mod.fake_batch(trainer, seed=0))
+        warm_up = trainer.train_step(gc_mod.fake_batch(trainer, seed=0))
         times = []
         for k in range(2):
             batch = gc_mod.fake_batch(trainer, seed=k + 1)
@@ -93,7 +100,7 @@ def main() -> None:
         results["variants"][variant] = {
             "step_s": [round(t, 3) for t in times], "profiled_step_s": round(profiled_s, 3),
             "kernel_time_s": round(cuda_us / 1e6, 3) if cuda_us is not None else None,
-            "kernels": len(kernels),
+            "kernels": len(kernels), "first_step_entropy": warm_up["entropy"],
             "top_ops": [{"op": e.key, "self_ms": round(getattr(e, key) / 1e3, 1), "calls": e.count}
                         for e in top],
         }
@@ -101,15 +108,17 @@ def main() -> None:
         if variant == "lora_input_cast" and "lora" in kept:  # the same steps from the same start: the same weights?
             results["lora_vs_lora_input_cast_max_abs"] = max(float((weights[n] - kept["lora"][n]).abs().max())
                                                              for n in weights)
-        if variant == "lora":
-            kept["lora"] = weights
+        if variant in ("lora", "full"):
+            kept[variant] = weights
+        if variant.endswith("_liger") and variant.split("_")[0] in kept:  # the same 4 steps, fused kernels
+            ref = kept[variant.split("_")[0]]
+            results[f"{variant}_vs_unfused_max_abs"] = max(float((weights[n] - ref[n]).abs().max()) for n in weights)
         print(variant, json.dumps(results["variants"][variant])[:600], flush=True)
         del trainer
         gc.collect()
         if cuda:
             torch.cuda.empty_cache()
-    print("lora vs lora_input_cast, max |weight difference| after the same 4 steps:",
-          results.get("lora_vs_lora_input_cast_max_abs"))
+    print({k: v for k, v in results.items() if k.endswith("_max_abs")})
     (out_dir / "gpu_step_profile.json").write_text(json.dumps(results, indent=1))
 
 

@@ -14,6 +14,7 @@ random weights and the tiny model's character tokenizer padded to that vocabular
     logprobs            chunked lm_head logprobs vs naive full-vocabulary logits: values, gradients, peak memory
     train_lora          RLTrainer.train_step with LoRA in bf16: tokens/s, MFU, peak memory vs the launcher's estimate
     train_full          the same, full fine-tuning
+    train_<lora|full>_liger   the same with trainer.args.use_liger_kernel (liger-kernel's fused RMSNorm, rotary, SwiGLU)
     resume_<lora|full>  step, checkpoint, step; a fresh trainer resumed from the checkpoint takes the same second
                         step (RNG states restored: LoRA dropout draws from the CUDA RNG)
     accelerate_<cfg>_<lora|full>   one train step under `accelerate launch` with each bundled config that runs on one GPU
@@ -338,8 +339,9 @@ def train_steps(ctx: Context, trainer, steps: int) -> dict:
     return out
 
 
-def check_train(ctx: Context, use_lora: bool) -> dict:
-    trainer = make_trainer(ctx, ctx.workdir / ("run-lora" if use_lora else "run-full"), use_lora)
+def check_train(ctx: Context, use_lora: bool, **overrides) -> dict:
+    name = ("run-lora" if use_lora else "run-full") + ("-liger" if overrides.get("use_liger_kernel") else "")
+    trainer = make_trainer(ctx, ctx.workdir / name, use_lora, **overrides)
     out = train_steps(ctx, trainer, ctx.sizes["steps"])
     out["accelerate"] = {"distributed_type": str(trainer.accelerator.distributed_type),
                          "processes": trainer.accelerator.num_processes, "mixed_precision": trainer.accelerator.mixed_precision}
@@ -697,6 +699,10 @@ def checks(ctx: Context) -> list[tuple[str, callable, tuple[str, ...], tuple[str
         ("logprobs", check_logprobs, base + ("peft",), ("model",)),
         ("train_lora", lambda c: check_train(c, True), trainer, ("model",)),
         ("train_full", lambda c: check_train(c, False), trainer, ("model",)),
+        ("train_lora_liger", lambda c: check_train(c, True, use_liger_kernel=True), trainer + ("liger_kernel",),
+         ("model",)),
+        ("train_full_liger", lambda c: check_train(c, False, use_liger_kernel=True), trainer + ("liger_kernel",),
+         ("model",)),
         ("resume_lora", lambda c: check_resume(c, True), trainer, ("model",)),
         ("resume_full", lambda c: check_resume(c, False), trainer, ("model",)),
     ]

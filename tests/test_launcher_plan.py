@@ -481,3 +481,22 @@ def test_inference_args_become_kebab_case_vllm_flags_booleans_bare_or_negated():
                       "tensor_parallel_size": 2, "data_parallel_size": 3}) == [
         "--enforce-eager", "--max-model-len", "512", "--no-enable-prefix-caching", "--tensor-parallel-size", "2",
         "--data-parallel-size", "3"]
+
+
+def test_liger_kernels_on_a_cpu_trainer_are_refused_in_one_line(tmp_path):
+    with pytest.raises(PlanError) as e:
+        make_plan(cfg(1, 1, use_liger_kernel=True), tmp_path, "s", Machine(0, 8), tmp_path)
+    assert "trainer.args.use_liger_kernel" in str(e.value) and "this machine has no GPU" in str(e.value)
+    with pytest.raises(PlanError, match="trainer.gpus = 0"):
+        make_plan(cfg(1, 0, use_liger_kernel=True), tmp_path, "s", Machine(2, 8), tmp_path)
+    plan = make_plan(cfg(1, 1, use_liger_kernel=True), tmp_path, "s", Machine(2, 8), tmp_path)  # a trainer GPU
+    assert plan.config.trainer.args.use_liger_kernel and plan.trainer_devices == ["1"]
+
+
+def test_liger_kernels_without_the_package_are_named_before_anything_starts(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "liger_kernel" else real(name, *a))
+    assert "pip install liger-kernel" in plan_module.liger_problem(cfg(use_liger_kernel=True))
+    assert plan_module.liger_problem(cfg()) is None

@@ -340,3 +340,32 @@ def test_an_adapter_push_writes_what_peft_loads_without_a_model_card(tiny_model,
     mine = {n: p for n, p in model.named_parameters() if "lora_" in n}
     theirs = dict(loaded.named_parameters())
     assert mine and all(torch.equal(p.detach(), theirs[n].detach()) for n, p in mine.items())
+
+
+def test_liger_kernels_are_applied_to_the_model_without_their_cross_entropy(tiny_model, monkeypatch):
+    """use_liger_kernel hands the model instance to liger-kernel (a GPU library: faked here; the real kernels ran
+    in scripts/gpu_check.py's train_lora_liger on an H200, docs/gpu.md), with its fused cross-entropy off, and
+    refuses a model type it has no kernels for rather than training on without them."""
+    import sys
+    import types
+
+    from vfrl.config import RLConfig
+    from vfrl.trainer.policy import load_policy
+
+    applied = []
+    transformers_mod = types.ModuleType("liger_kernel.transformers")
+    transformers_mod._apply_liger_kernel_to_instance = lambda model, **kw: applied.append((type(model).__name__, kw))
+    patch_mod = types.ModuleType("liger_kernel.transformers.monkey_patch")
+    patch_mod.MODEL_TYPE_TO_APPLY_LIGER_FN = {"qwen2": None, "llama": None}
+    monkeypatch.setitem(sys.modules, "liger_kernel", types.ModuleType("liger_kernel"))
+    monkeypatch.setitem(sys.modules, "liger_kernel.transformers", transformers_mod)
+    monkeypatch.setitem(sys.modules, "liger_kernel.transformers.monkey_patch", patch_mod)
+    config = RLConfig.model_validate({"model": str(tiny_model), "env": {"id": "reverse-text"},
+                                      "trainer": {"args": {"use_liger_kernel": True}}})
+    model = load_policy(config)
+    assert applied == [("Qwen2ForCausalLM", {"rope": True, "rms_norm": True, "swiglu": True, "cross_entropy": False,
+                                             "fused_linear_cross_entropy": False})]
+    assert hasattr(model, "peft_config")  # applied to the base model, then wrapped in the adapter
+    patch_mod.MODEL_TYPE_TO_APPLY_LIGER_FN = {"llama": None}
+    with pytest.raises(ValueError, match="no kernels for model type 'qwen2'"):
+        load_policy(config)

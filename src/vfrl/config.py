@@ -155,6 +155,9 @@ class TrainerArgs(Strict):
         "Compute in bf16 (accelerate's mixed precision). LoRA keeps the base model in bf16 and the adapter in fp32; "
         "full fine-tuning keeps fp32 master weights, since bf16 weights drop updates smaller than their rounding."))
     gradient_checkpointing: bool = False
+    use_liger_kernel: bool = Field(False, description=(
+        "Liger's fused Triton kernels for RMSNorm, rotary embeddings and SwiGLU in the trainer's model (GPU only; "
+        "pip install liger-kernel). The logprobs keep vfrl's chunked lm_head."))
     # ---- algorithm: advantages, loss, masking (see trainer/loss.py, normalization.py, batch.py) ----
     loss_type: Literal["ratio_mask", "ppo_clip", "gspo"] = Field(
         "ratio_mask", description="Policy loss: token ratio masking, PPO clipping, or GSPO's sequence ratio.")

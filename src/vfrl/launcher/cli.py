@@ -31,8 +31,8 @@ from vfrl.launcher.config_errors import ConfigError, load_user_config
 from vfrl.launcher.overrides import parse_overrides
 from vfrl.launcher.pane_env import write_environment
 from vfrl.launcher.plan import (
-    Machine, PlanError, detect_machine, environment_problem, inference_epilogue, make_plan, model_problem, network_notice,
-    pane_script, render_plan,
+    Machine, PlanError, detect_machine, environment_problem, inference_epilogue, liger_problem, make_plan, model_problem,
+    network_notice, pane_script, render_plan,
 )
 from vfrl.run_dir import RunDir
 from vfrl.trainer.failure import RESUME_COMMAND_ENV
@@ -227,7 +227,8 @@ def validated_config(ctx: typer.Context, config_path: Path, dry_run: bool) -> RL
         cfg = load_user_config(config_path, overrides)
     except ConfigError as e:
         fail(str(e))
-    for problem in (model_problem(cfg.model, Path.cwd()), environment_problem(cfg.env.id, cfg.env.renderer)):
+    for problem in (model_problem(cfg.model, Path.cwd()), environment_problem(cfg.env.id, cfg.env.renderer),
+                    liger_problem(cfg)):
         if problem and not dry_run:
             fail(f"{config_path}: {problem}")
         if problem:

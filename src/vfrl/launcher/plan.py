@@ -292,6 +292,16 @@ def environment_problem(env_id: str, renderer: str | dict | None = None) -> str 
             f'{", ".join(names) or "none"}); install it with `vf-install {env_id}` or `pip install -e environments/{module}`')
 
 
+def liger_problem(cfg: RLConfig) -> str | None:
+    """trainer.args.use_liger_kernel without the liger-kernel package?"""
+    from importlib.util import find_spec
+
+    if cfg.trainer.args.use_liger_kernel and find_spec("liger_kernel") is None:
+        return ("trainer.args.use_liger_kernel = true needs the liger-kernel package, which is not installed: "
+                "pip install liger-kernel (it needs a GPU and Triton)")
+    return None
+
+
 def model_problem(model: str, workdir: Path) -> str | None:
     """Is `model` a local model directory that is missing? A hub id (`Qwen/Qwen2.5-0.5B-Instruct`) is left to vLLM.
 
@@ -380,6 +390,10 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
         elif not remote and machine.cpus > 1:  # the cores vLLM does not use (cpu_cores.py)
             rest = range(len(cores), machine.cpus)
             tr_env[TRAINER_CORES_ENV] = f"{rest[0]}-{rest[-1]}" if len(rest) > 1 else str(rest[0])
+    if cfg.trainer.args.use_liger_kernel and not tr_dev:
+        raise PlanError("trainer.args.use_liger_kernel", "true", "Liger's kernels run on a GPU, and this trainer runs "
+                        "on the CPU (" + ("trainer.gpus = 0" if machine.gpus else "this machine has no GPU")
+                        + "); remove it")
     inf_cmd = [console_script("vf-vllm"), "@", str(config_file), "--pid-file", str(paths.inference_pid)]
     processes = len(tr_dev) or cfg.trainer.processes or 1  # trainer GPUs, else trainer.processes CPU processes
     from_job = nodes_from_job and cfg.trainer.nodes > 1

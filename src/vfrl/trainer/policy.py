@@ -47,6 +47,8 @@ def load_policy(config: RLConfig) -> torch.nn.Module:
                                                  else torch.float32)
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
+    if args.use_liger_kernel:
+        apply_liger_kernels(model)
     if not args.use_lora:
         return model
     from peft import LoraConfig, get_peft_model
@@ -59,6 +61,21 @@ def load_policy(config: RLConfig) -> torch.nn.Module:
     if args.bf16:
         keep_adapter_inputs_in_bf16(model)
     return model
+
+
+def apply_liger_kernels(model: torch.nn.Module) -> None:
+    """Liger's fused RMSNorm, rotary embedding and SwiGLU kernels in place of transformers' unfused ones
+    (trainer.args.use_liger_kernel). Liger's fused cross-entropy stays off: the logprobs apply lm_head in chunks
+    themselves (logprobs.py). On an H200 it cut a step's kernel time by a quarter (docs/gpu.md)."""
+    from liger_kernel.transformers import _apply_liger_kernel_to_instance
+    from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+
+    model_type = getattr(model.config, "model_type", None)
+    if model_type not in MODEL_TYPE_TO_APPLY_LIGER_FN:  # liger would log it and train on without its kernels
+        raise ValueError(f"trainer.args.use_liger_kernel = true, but liger-kernel has no kernels for model type "
+                         f"'{model_type}' (it has: {', '.join(sorted(MODEL_TYPE_TO_APPLY_LIGER_FN))}); remove it")
+    _apply_liger_kernel_to_instance(model=model, rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                    fused_linear_cross_entropy=False)
 
 
 def keep_adapter_inputs_in_bf16(model: torch.nn.Module) -> None:
