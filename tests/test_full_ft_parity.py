@@ -10,6 +10,7 @@ import time
 import tomllib
 from types import SimpleNamespace
 
+import httpx
 import pytest
 import tomli_w
 import torch
@@ -164,6 +165,25 @@ def test_requests_in_flight_during_a_sync_finish_on_the_old_weights(vllm_server,
     assert max_logprob_gap(old, long) < 1e-4  # every token of every in-flight request: old weights
     assert max_logprob_gap(new, sample(base_url, str(tiny_model))) < 1e-4  # later requests: new weights
     assert sorted(p.name for p in (tmp / "weights").iterdir()) == ["step-10", "step-11"]  # keep the last 2
+
+
+def test_a_reload_that_finds_no_weights_fails_before_touching_the_served_model(vllm_server, sync, tiny_model):
+    """vLLM's reload moves every layer to the meta device before it reads a tensor: the folder is checked first,
+    so a push of a folder without weights fails with the model still whole. vLLM stays paused after a failed
+    reload (the trainer stops on it); resumed by hand here, it serves the last policy that loaded."""
+    base_url, tmp = vllm_server
+    old = perturbed(load(tiny_model), seed=12)
+    sync.push(old, 12)
+    empty = tmp / "weights" / "no-weights"
+    empty.mkdir(parents=True)
+    with pytest.raises(Exception):  # vLLM answers 500 (its log: FileNotFoundError), or drops the connection
+        sync.load(empty, 13)
+    assert "FileNotFoundError: no *.safetensors files in" in (tmp / "server.log").read_text()
+    sync.http.close()  # vLLM closed the connection that carried the 500; a new client, new connections
+    sync.http = httpx.Client(base_url=sync.http.base_url, headers=sync.http.headers, timeout=sync.http.timeout)
+    sync._post("/resume")
+    assert sync.loaded_version() == 12
+    assert max_logprob_gap(old, sample(base_url, str(tiny_model))) < 1e-4
 
 
 def test_the_merged_state_dict_is_merge_and_unloads_without_touching_the_model(tiny_model):

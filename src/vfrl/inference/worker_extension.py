@@ -31,12 +31,18 @@ from vllm.logger import init_logger
 logger = init_logger("vllm.vfrl_worker_extension")  # under "vllm": vLLM configures that logger tree
 
 def safetensors_weights(directory: str) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, tensor) for every tensor in every *.safetensors file of `directory`, one at a time."""
-    from safetensors import safe_open
-
+    """(name, tensor) for every tensor in every *.safetensors file of `directory`, one at a time. The files are
+    found (or their absence raised) here, before vLLM's reload starts: once started, it has moved every layer
+    to the meta device, and a reload that fails then leaves a model that cannot serve."""
     files = sorted(Path(directory).glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no *.safetensors files in {directory}")
+    return _tensors(files)
+
+
+def _tensors(files: list[Path]) -> Iterator[tuple[str, torch.Tensor]]:
+    from safetensors import safe_open
+
     for file in files:
         with safe_open(str(file), framework="pt", device="cpu") as f:
             for name in f.keys():
@@ -67,7 +73,8 @@ class WeightReloadExtension:
     def vfrl_reload_weights(self, directory: str, version: str) -> dict:
         """Load every tensor of `directory` into the served model in place; returns what was done."""
         t0 = time.perf_counter()
-        self.model_runner.reload_weights(weights_iterator=safetensors_weights(directory), is_checkpoint_format=True)
+        # the Worker's own reload: it sets vLLM's current config, which quantized and MoE layers read on a GPU
+        self.reload_weights(weights_iterator=safetensors_weights(directory), is_checkpoint_format=True)
         t_load = time.perf_counter()
         repacked = []
         model = self.model_runner.get_model()

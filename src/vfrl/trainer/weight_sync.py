@@ -172,16 +172,18 @@ class FullWeightSync(WeightSync):
         """Reload the weights `save` wrote for version `version`; the served name stays the same."""
         t_saved = time.perf_counter()
         self._post("/pause", params={"mode": "wait", "clear_cache": "false"})
-        try:
-            r = self._post("/collective_rpc", json={"method": "vfrl_reload_weights", "timeout": self.timeout,
-                                                    "args": [str(path.resolve()), str(version)]})
-            workers = r.json()["results"]
-            if not workers or any(w.get("version") != version for w in workers):
-                raise RuntimeError(f"vLLM workers did not all load version {version}: {workers}")
-            if not self._post("/reset_prefix_cache").json().get("success"):
-                raise RuntimeError("vLLM could not reset its prefix cache after the weight reload")
-        finally:
-            self._post("/resume")
+        # no timeout of vLLM's own on the call (the HTTP client's is the limit): under the multiprocess executor
+        # (tensor or data parallel) a timed-out call leaves the workers reloading and their late replies queued,
+        # where the next step would read them. A reload that failed leaves the served model half loaded, so
+        # vLLM stays paused: generation must not go on with it (the trainer stops on this error)
+        r = self._post("/collective_rpc", json={"method": "vfrl_reload_weights",
+                                                "args": [str(path.resolve()), str(version)]})
+        workers = r.json()["results"]
+        if not workers or any(w.get("version") != version for w in workers):
+            raise RuntimeError(f"vLLM workers did not all load version {version}: {workers}")
+        if not self._post("/reset_prefix_cache").json().get("success"):
+            raise RuntimeError("vLLM could not reset its prefix cache after the weight reload")
+        self._post("/resume")
         keep_newest(self.saved, path, self.keep)
         self.last |= {"reload_s": time.perf_counter() - t_saved, "load_s": workers[0]["load_s"],
                       "repack_s": workers[0]["repack_s"], "repacked": workers[0]["repacked"]}
