@@ -234,6 +234,9 @@ def test_quickstart_on_one_gpu_shares_it_and_vllm_gets_half(tmp_path):
     assert plan.shared_devices == ["0"] and plan.notes == [AUTO_NOTE]
     assert plan.memory.derived and plan.memory.utilization == 0.5  # a tiny model: each side gets about half
     assert plan.config.inference.args["gpu_memory_utilization"] == 0.5  # the resolved config vf-vllm reads
+    # vLLM sizes its KV cache from the GPU's free memory while it starts: the trainer loads its model after
+    assert plan.trainer.env["VFRL_TRAINER_LOADS_AFTER_VLLM"] == "1"
+    assert "VFRL_TRAINER_LOADS_AFTER_VLLM" not in plan.inference.env
 
 
 def test_qwen_05b_on_one_gpu_gives_the_trainer_its_estimate_and_vllm_the_kv_cache(tmp_path):
@@ -251,6 +254,7 @@ def test_on_two_gpus_the_shipped_one_gpu_each_configs_do_not_share(tmp_path):
         plan = make_plan(shipped(name, tmp_path, TINY), tmp_path / "run", "s", Machine(2, 16, gpu_memory_mib=81559), tmp_path)
         assert plan.shared_devices == [] and plan.memory is None and plan.notes == []
         assert "gpu_memory_utilization" not in plan.config.inference.args
+        assert "VFRL_TRAINER_LOADS_AFTER_VLLM" not in plan.trainer.env  # GPUs of its own: both start at once
 
 
 def test_share_gpus_always_shares_even_with_enough_gpus(tmp_path):

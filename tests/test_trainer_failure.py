@@ -213,3 +213,38 @@ def test_an_interrupt_nobody_retrieved_is_a_stop_not_a_logged_error(tmp_path):
         loop.close()
     assert "ConnectionError: refused" in log.read_text() and "asyncio: Task exception" in log.read_text()
 
+
+def test_on_a_shared_gpu_the_trainer_loads_its_model_only_once_vllm_is_up(tmp_path, monkeypatch):
+    """vLLM counts the GPU memory that disappears while it starts as its own: the trainer waits for /health
+    before it builds its model (the plan sets VFRL_TRAINER_LOADS_AFTER_VLLM on a shared GPU)."""
+    from vfrl.trainer import cli, trainer as trainer_module
+
+    events = []
+    monkeypatch.setattr(trainer_module, "wait_for_server", lambda url, timeout, pid: events.append(("wait", url)) or 0.1)
+
+    class Recorder:
+        def __init__(self, cfg, run_dir, base_url, api_key):
+            events.append(("model", base_url))
+
+        def train(self):
+            events.append(("train", None))
+
+    monkeypatch.setattr(trainer_module, "RLTrainer", Recorder)
+    monkeypatch.setattr("vfrl.config.load_config", lambda path: SimpleNamespace(inference=SimpleNamespace(url="http://h:1/v1")))
+    monkeypatch.setenv("VFRL_TRAINER_LOADS_AFTER_VLLM", "1")
+    cli.run(tmp_path / "config.toml", tmp_path, None)
+    assert events == [("wait", "http://h:1/v1"), ("model", "http://h:1/v1"), ("train", None)]
+    events.clear()
+    monkeypatch.delenv("VFRL_TRAINER_LOADS_AFTER_VLLM")
+    cli.run(tmp_path / "config.toml", tmp_path, None)
+    assert events == [("model", "http://h:1/v1"), ("train", None)]  # GPUs of its own: _train waits, later
+
+
+def test_a_vllm_that_dies_while_the_trainer_waits_to_load_is_one_line_and_exit_3(tmp_path):
+    from vfrl.trainer.cli import wait_for_vllm_first
+
+    (tmp_path / "inference.pid").write_text("999999")  # no such process: the server is gone
+    with pytest.raises(TrainingStopped) as e:
+        wait_for_vllm_first("http://127.0.0.1:9/v1", tmp_path)
+    assert e.value.code == EXIT_INFERENCE_LOST and "\n" not in e.value.line
+    assert "during start-up" in e.value.line and "No step was trained" in e.value.line

@@ -33,7 +33,9 @@ from typing import Mapping, Sequence
 from vfrl.bundle import bundled
 from vfrl.config import ACCELERATE_CONFIGS, SHARED_UTILIZATION_UNKNOWN_SIZE, RLConfig
 from vfrl.cpu_cores import TRAINER_CORES_ENV
-from vfrl.launcher.memory import CUDA_CONTEXT, Need, find_model_config, gib, model_shape, trainer_need, vllm_need
+from vfrl.launcher.memory import (
+    CUDA_CONTEXT, TRAINER_LOADS_AFTER_VLLM_ENV, Need, find_model_config, gib, model_shape, trainer_need, vllm_need,
+)
 from vfrl.launcher.pane_env import source_line
 from vfrl.launcher.procs import MARKER
 from vfrl.run_dir import RunDir
@@ -373,6 +375,7 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
                 notes.append(f"this machine has {machine.gpus} GPU{'s' * (machine.gpus != 1)}, fewer than "
                              f"inference.gpus + trainer.gpus = {cfg.inference.gpus + cfg.trainer.gpus}: vLLM and the "
                              f"trainer share GPU {','.join(shared)} (inference.share_gpus = \"never\" refuses instead)")
+            tr_env[TRAINER_LOADS_AFTER_VLLM_ENV] = "1"
             # zero3/fsdp shard over every trainer process, on every node
             memory, memory_notes = split_memory(cfg, machine.gpu_memory_mib, workdir, len(tr_dev) * cfg.trainer.nodes)
             notes += memory_notes

@@ -12,7 +12,10 @@ import typer
 
 from vfrl.inference.server import API_KEY_ENV
 from vfrl.run_dir import RunDir
-from vfrl.trainer.failure import EXIT_ERROR, EXIT_INTERRUPTED, TrainingStopped, describe, log_traceback
+from vfrl.launcher.memory import TRAINER_LOADS_AFTER_VLLM_ENV
+from vfrl.trainer.failure import (
+    EXIT_ERROR, EXIT_INFERENCE_LOST, EXIT_INTERRUPTED, TrainingStopped, describe, log_traceback,
+)
 
 app = typer.Typer(add_completion=False, help=__doc__, pretty_exceptions_enable=False)
 
@@ -60,10 +63,28 @@ def run(config_path: Path, run_dir: Path, base_url: str | None) -> None:
 
     hf_logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bar, every sync and checkpoint
     cfg = load_config(config_path)
+    if os.environ.get(TRAINER_LOADS_AFTER_VLLM_ENV) == "1":
+        wait_for_vllm_first(base_url or cfg.inference.url, run_dir)
     # the pane's VFRL_API_KEY: the key vf-rl made for its server, or inference.api_key_var's for a remote one
     trainer = RLTrainer(cfg, run_dir, base_url or cfg.inference.url, os.environ.get(API_KEY_ENV, "EMPTY"))
     KEPT.append(trainer)
     trainer.train()
+
+
+def wait_for_vllm_first(base_url: str, run_dir: Path) -> None:
+    """On a GPU shared with vLLM: load the model only once vLLM is up. vLLM sizes its KV cache by the drop in
+    the GPU's free memory while it starts, so weights the trainer loaded meanwhile would count as vLLM's and
+    could leave it no cache (and its start-up fails, or not, by timing)."""
+    from vfrl.trainer.inference_watch import InferenceLost
+    from vfrl.trainer.trainer import wait_for_server
+
+    print("vf-train: waiting for vLLM to start before loading the model (they share a GPU)", flush=True)
+    try:
+        waited = wait_for_server(base_url, 900, RunDir(run_dir).inference_pid)
+    except InferenceLost as e:
+        raise TrainingStopped(EXIT_INFERENCE_LOST, f"vf-train: {e} (see {RunDir(run_dir).log('inference')}). "
+                                                   "No step was trained, nothing to keep.") from e
+    print(f"vf-train: vLLM is up (waited {waited:.1f}s); loading the model", flush=True)
 
 
 # The trainer of this process, kept until it exits. With several ranks its DDP model holds the gloo process
