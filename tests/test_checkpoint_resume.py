@@ -225,11 +225,11 @@ def test_cpu_server_never_chunks_prefills_of_seeded_requests(monkeypatch):
     """vLLM CPU: a chunked prefill rewinds the request's generator, which CPU generators cannot do."""
     from vfrl.inference import server
 
-    monkeypatch.setattr(server, "_has_cuda", lambda: False)
+    monkeypatch.setattr(server, "_cpu_build", lambda: True)
     assert "--no-enable-chunked-prefill" in server.server_argv("m", "127.0.0.1", 8000, 8, {})
     user = server.server_argv("m", "127.0.0.1", 8000, 8, {"enable_chunked_prefill": True})
     assert "--enable-chunked-prefill" in user and "--no-enable-chunked-prefill" not in user
-    monkeypatch.setattr(server, "_has_cuda", lambda: True)
+    monkeypatch.setattr(server, "_cpu_build", lambda: False)
     assert "--no-enable-chunked-prefill" not in server.server_argv("m", "127.0.0.1", 8000, 8, {})
 
 

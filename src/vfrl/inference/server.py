@@ -112,14 +112,14 @@ def server_argv(model: str, host: str, port: int, max_lora_rank: int | None, ext
     else:
         args.update(enable_lora=True, max_lora_rank=max_lora_rank,
                     max_loras=2)  # the adapter being sampled from and the one just loaded
-    if not _has_cuda() and not {"enable_chunked_prefill", "no_enable_chunked_prefill"} & set(extra):
+    if _cpu_build() and not {"enable_chunked_prefill", "no_enable_chunked_prefill"} & set(extra):
         # The trainer seeds every request (replayable rollouts). On the CPU build a chunked prefill makes
         # vLLM rewind a seeded request's torch.Generator, which CPU generators cannot do ("CPU Generator
         # does not use offset") and the engine dies. Whole prefills avoid it (max_num_batched_tokens
         # then defaults to at least max_model_len).
         args["enable_chunked_prefill"] = False  # -> --no-enable-chunked-prefill
     args.update(extra)
-    if not _has_cuda() and not any(int(args.get(k) or 1) > 1 for k in PARALLEL_SIZES):
+    if _cpu_build() and not any(int(args.get(k) or 1) > 1 for k in PARALLEL_SIZES):
         # One worker, in the engine core's process (with VLLM_ENABLE_V1_MULTIPROCESSING=0, server_env): the
         # CPU build otherwise spawns a worker process that imports vLLM again, ~8 of a start's ~34 s here.
         args.setdefault("distributed_executor_backend", "uni")
@@ -146,7 +146,7 @@ def server_env(base: dict[str, str], full_weights: bool = False, argv: list[str]
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     if key := env.pop(API_KEY_ENV, None):
         env["VLLM_API_KEY"] = key
-    if not _has_cuda():
+    if _cpu_build():
         # CPU build: reserve KV cache in GiB rather than a fraction of host memory.
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     return env
@@ -157,11 +157,20 @@ def in_process_worker(argv: list[str]) -> bool:
     return flag in argv and argv[argv.index(flag) + 1] == "uni"
 
 
-def _has_cuda() -> bool:
+def _cpu_build() -> bool:
+    """Is the vLLM that runs here its CPU build (which needs the workarounds above)? The vllm-cpu distribution
+    is, GPU or not. Otherwise the CUDA build, unless no GPU is visible (vLLM then picks its CPU platform)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        distribution("vllm-cpu")
+        return True
+    except PackageNotFoundError:
+        pass
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip() in ("", "-1"):
-        return False
-    return Path("/dev/nvidiactl").exists()
+        return True
+    return not (Path("/dev/nvidiactl").exists() or Path("/dev/dxg").exists())  # Linux, WSL2
 
 
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
@@ -181,7 +190,7 @@ def serve(
     argv = config_argv(cfg, port)
     if pid_file:  # this process, not the server: it lives until the server and all it started are gone
         pid_file.write_text(str(os.getpid()))
-    if not _has_cuda():  # the CPU build: the server and its engine core stay on vLLM's cores
+    if _cpu_build():  # the CPU build: the server and its engine core stay on vLLM's cores
         from vfrl.cpu_cores import pin
 
         pin(os.environ.get("VLLM_CPU_OMP_THREADS_BIND"))
