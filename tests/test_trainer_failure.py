@@ -41,7 +41,7 @@ def trainer(tmp_path, tiny_model, monkeypatch):
     t = SimpleNamespace(model=model, optimizer=opt, scheduler=sched, accelerator=SimpleNamespace(unwrap_model=lambda m: m),
                         checkpoints_dir=run_dir / "checkpoints", run_dir=run_dir, log_file=run_dir / "logs" / "trainer.log",
                         steps_done=0, in_step=False, base_url="http://127.0.0.1:9/v1",
-                        inference_pid_file=run_dir / "inference.pid", training_state=state, unlogged=[])
+                        inference_pid_file=run_dir / "inference.pid", training_state=state, unlogged=None)
     t.keep_trained = lambda: RLTrainer.keep_trained(t)
     return t
 
@@ -106,24 +106,19 @@ def test_a_lost_remote_server_is_named_with_its_own_log_not_one_vf_rl_never_wrot
 
 
 def test_a_step_trained_before_its_push_failed_gets_its_metrics_line(trainer):
-    """The loop writes a step's line once vLLM has loaded the policy it trained, while the next step trains; when
-    that push is what failed, both steps are in the emergency checkpoint and their lines are written too, in
-    order (no adapter loaded; the second step's policy was never saved: no sync time)."""
+    """The loop writes a step's line after pushing the policy it trained; when that push is what failed, the
+    step is in the emergency checkpoint and its line is written too (no sync time, no adapter loaded)."""
     batch = SimpleNamespace(policy_version=1, gen_start=1.0, gen_end=2.0, rollouts=[])
-    trainer.steps_done, trainer.start_step = 3, 0
-    trainer.unlogged = [(1, batch, {"loss": 0.5}, {"train_start": 3.0, "train_end": 4.0, "wait_s": 0.0, "save_s": 0.0,
-                                                   "sync_s": 0.01, "step_s": 1.0}),
-                        (2, batch, {"loss": 0.25}, {"train_start": 4.0, "train_end": 5.0, "wait_s": 0.0, "save_s": 0.0})]
+    trainer.steps_done, trainer.start_step = 2, 0
+    trainer.unlogged = (1, batch, {"loss": 0.5}, {"train_start": 3.0, "train_end": 4.0, "wait_s": 0.0, "save_s": 0.0})
     trainer.args = SimpleNamespace(max_steps=10)
     logged = []
     trainer.log = lambda step, record, b: logged.append((step, record, b))
     trainer.step_record = lambda *a: RLTrainer.step_record(trainer, *a)
     RLTrainer.stopped_by(trainer, InferenceLost("the vLLM server (pid 42) exited"))
-    [(step, record, b), (step2, record2, _)] = logged
-    assert (step, step2) == (2, 3) and b is batch
-    assert record["step"] == 2 and record["loss"] == 0.5 and record["adapter_loaded"] is None and record["sync_s"] == 0.01
-    assert record2["step"] == 3 and record2["loss"] == 0.25 and record2["adapter_loaded"] is None
-    assert "sync_s" not in record2
+    [(step, record, b)] = logged
+    assert step == 2 and b is batch
+    assert record["step"] == 2 and record["loss"] == 0.5 and record["adapter_loaded"] is None and "sync_s" not in record
 
 
 def test_any_other_failure_is_named_with_the_server_still_checked(trainer):

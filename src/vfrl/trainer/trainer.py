@@ -132,8 +132,7 @@ class RLTrainer:
             self.start_step, self.pending_batch = self.resume(Path(self.args.resume_from))
         # what an emergency checkpoint may save: optimizer steps done, and whether one is half done
         self.steps_done, self.in_step = self.start_step, False
-        # steps trained whose metrics lines are not written yet (a line waits for vLLM to load the step's policy)
-        self.unlogged: list[tuple[int, Batch, dict, dict]] = []
+        self.unlogged: tuple[int, Batch, dict, dict] | None = None  # the last step trained, until its line is written
         self.log_file = paths.log("trainer")
         # the server process to watch beside /health: vf-vllm's, none for a server vf-rl did not start or one on
         # another node (a base URL other than its own server's: a Slurm job's inference node)
@@ -194,7 +193,8 @@ class RLTrainer:
     def stopped_by(self, error: Exception) -> TrainingStopped:
         """Rank 0, after the loop failed: log the traceback, keep the steps trained so far, say it in one line."""
         log_traceback(self.log_file, error)
-        for step, batch, stats, times in self.unlogged:  # steps trained (kept below) whose push failed: their lines
+        if self.unlogged:  # a step trained (and kept below) whose push failed: its metrics line too
+            step, batch, stats, times = self.unlogged
             with contextlib.suppress(Exception):
                 self.log(step + 1, self.step_record(step, batch, stats, None, times), batch)
         lost = str(error) if isinstance(error, InferenceLost) else inference_problem(self.base_url,
@@ -368,17 +368,11 @@ class RLTrainer:
         loop.result()
 
     async def push(self, model, version: int) -> tuple[str, float]:
-        """Make vLLM serve policy `version`: save, then load. Returns (the name to request, seconds)."""
+        """Make vLLM serve policy `version`. The save (torch) runs in a thread the loop joins: a thread left
+        inside torch at interpreter exit aborts the process (exit 134 instead of a clean stop). The load
+        (HTTP) runs in one it can abandon to a hung server."""
         t0 = time.perf_counter()
         path = await self.torch_thread.run(self.sync.save, model, version)
-        name, _ = await self.load(path, version)
-        return name, time.perf_counter() - t0
-
-    async def load(self, path: Path, version: int) -> tuple[str, float]:
-        """vLLM loads what sync.save wrote. The save (torch) runs in a thread the loop joins: a thread left inside
-        torch at interpreter exit aborts the process (exit 134 instead of a clean stop). The load (HTTP) runs
-        in one it can abandon to a hung server. Returns (the name to request, seconds)."""
-        t0 = time.perf_counter()
         name = await SERVER_CALLS.run(lambda: self.sync.load(path, version))
         self.served = name  # the newest policy vLLM serves (GRPOTrainer.evaluate samples from it)
         return name, time.perf_counter() - t0
@@ -412,30 +406,21 @@ class RLTrainer:
             next_batch = asyncio.create_task(orch.generate(version, model_name, version))
         # eval of policy v runs in the background while step v+1 trains; it ends before policy v+1 is pushed
         evaluation = self.start_eval(orch, model_name, 0) if self.start_step == 0 and is_eval_step(a, 0) else None
-        # vLLM loads policy v+1 while step v+1 trains: only its save is on the trainer's path. The batch it
-        # samples (step v+2) starts once it is loaded, as does its eval; step v's metrics line is written then
-        loading: asyncio.Task | None = None
         for step in range(self.start_step, a.max_steps):
             t_step = time.time()
             batch = await next_batch
             wait_s = time.time() - t_step
             if batch.policy_version < step - 1:  # the one-step off-policy contract
                 raise RuntimeError(f"batch {step} came from policy {batch.policy_version}: more than one step stale")
+            if step + 1 < a.max_steps:
+                next_batch = asyncio.create_task(orch.generate(step + 1, model_name, version))
             if self.ranks.active:  # the other ranks wait in _follow for this batch
                 await self.torch_thread.run(self.ranks.share, batch)
             save_s = 0.0
             if self.save_due(step):
-                if loading is not None:  # the checkpoint's step has its metrics line first (a crash keeps both)
-                    model_name, evaluation = await self.loaded(loading, orch, version)
-                    loading = None
                 save_s = await self.torch_thread.run(self.save, step, batch)
-            training = asyncio.ensure_future(
-                self.torch_thread.run(self.train_and_hold, step, batch, {"wait_s": wait_s, "save_s": save_s}))
-            if loading is not None:
-                model_name, evaluation = await self.loaded(loading, orch, version)
-            if step + 1 < a.max_steps:
-                next_batch = asyncio.create_task(orch.generate(step + 1, model_name, version))
-            await training
+            await self.torch_thread.run(self.train_and_hold, step, batch, {"wait_s": wait_s, "save_s": save_s})
+            _, _, stats, times = self.unlogged
             version = step + 1
             if evaluation is not None:
                 await self.finish_eval(evaluation)
@@ -443,37 +428,28 @@ class RLTrainer:
             if self.sync.drain_before_push and step + 1 < a.max_steps:
                 t_drain = time.time()
                 await asyncio.wait([next_batch])  # full weights: batch step+1 ends on the policy it started on
-                self.unlogged[-1][3]["wait_s"] += time.time() - t_drain  # idle on generation, like the batch wait
-            t_save = time.perf_counter()
-            path = await self.torch_thread.run(self.sync.save, model, version)
-            self.unlogged[-1][3]["sync_s"] = time.perf_counter() - t_save
-            loading = asyncio.create_task(self.load(path, version))
-            if self.ranks.active:  # no rank starts step+1 before policy step+1 is saved
+                wait_s += time.time() - t_drain  # idle on generation, like waiting for the batch
+            model_name, sync_s = await self.push(model, version)
+            if self.ranks.active:  # no rank starts step+1 before policy step+1 is served
                 await self.torch_thread.run(self.ranks.barrier)
-            self.unlogged[-1][3]["step_s"] = time.time() - t_step
-        if loading is not None:  # vLLM serves the last policy (the final eval, GRPOTrainer.evaluate)
-            _, evaluation = await self.loaded(loading, orch, version)
+            if is_eval_step(a, version):
+                evaluation = self.start_eval(orch, model_name, version)
+            times |= {"wait_s": wait_s, "sync_s": sync_s, "step_s": time.time() - t_step}
+            self.log(step + 1, self.step_record(step, batch, stats, model_name, times), batch)
+            self.unlogged = None
         if evaluation is not None:
             await self.finish_eval(evaluation)
         if a.save_strategy == "steps" and a.max_steps > self.start_step:
             await self.torch_thread.run(self.save, a.max_steps, None)
         self.wandb.finish()
 
-    async def loaded(self, loading: asyncio.Task, orch: Orchestrator, version: int) -> tuple[str, tuple | None]:
-        """Wait for vLLM to serve policy `version` (the previous step's); then write that step's metrics line
-        and start the eval of `version` if one is due. Returns (the name to request, the eval or None)."""
-        model_name, load_s = await loading
-        step, batch, stats, times = self.unlogged.pop(0)
-        self.log(step + 1, self.step_record(step, batch, stats, model_name, times | {"load_s": load_s}), batch)
-        return model_name, self.start_eval(orch, model_name, version) if is_eval_step(self.args, version) else None
-
     def train_and_hold(self, step: int, batch: Batch, times: dict) -> None:
-        """train_step, then hold the step's stats in `unlogged` until its metrics line is written: once vLLM has
-        loaded its policy, or by stopped_by when that push (or anything after the step) failed. Set in the worker
-        thread, so a step that finishes after the loop was cancelled is held too."""
+        """train_step, then hold the step's stats in `unlogged` until its metrics line is written: after the
+        push, or by stopped_by when the push (or anything after the step) failed. Set in the worker thread,
+        so a step that finishes after the loop was cancelled is held too."""
         t0 = time.time()
         stats = self.train_step(batch)
-        self.unlogged.append((step, batch, stats, times | {"train_start": t0, "train_end": time.time()}))
+        self.unlogged = step, batch, stats, times | {"train_start": t0, "train_end": time.time()}
 
     def step_record(self, step: int, batch: Batch, stats: dict, model_name: str, times: dict) -> dict:
         """metrics.jsonl's line for training step `step` (0-based): the step's stats, which policy sampled the
