@@ -48,7 +48,9 @@ def cpu_per_step(tree: int) -> dict[str, float]:
 
 
 vllm_cpu, trainer_cpu = cpu_per_step(0), cpu_per_step(1)
+# the loop's cadence, whatever a step's own timings count: one training start to the next
+cadence = statistics.median(b["train_start"] - a["train_start"] for a, b in zip(rows, rows[1:]))
 print(f"{label}: exit {p.returncode}, {len(rows)} steps, step_s {med('step_s'):.3f}, generate_s {med('generate_s'):.3f}, "
-      f"train_s {med('train_s'):.3f}, sync_s {med('sync_s'):.3f}, CPU s/step vLLM {sum(vllm_cpu.values()):.3f} "
+      f"train_s {med('train_s'):.3f}, sync_s {med('sync_s'):.3f}, cadence {cadence:.3f}, CPU s/step vLLM {sum(vllm_cpu.values()):.3f} "
       f"trainer {sum(trainer_cpu.values()):.3f}, wall {time.time()-t0:.0f}s, load before {load0:.2f}")
 print("  CPU s/step by process:", ", ".join(f"{k} {v:.3f}" for k, v in sorted({**vllm_cpu, **trainer_cpu}.items(), key=lambda kv: -kv[1])))
