@@ -97,12 +97,27 @@ def test_one_trainer_gpu_runs_vf_train_without_accelerate(tmp_path):
     assert (plan.inference.env["CUDA_VISIBLE_DEVICES"], plan.trainer.env["CUDA_VISIBLE_DEVICES"]) == ("0", "1")
 
 
-@pytest.mark.parametrize("name", ["single_gpu", "ddp", "zero3", "fsdp"])
+@pytest.mark.parametrize("name", ["single_gpu", "ddp"])
 def test_accelerate_config_by_name_is_the_bundled_yaml(tmp_path, name):
     c = cfg()
     c.trainer.accelerate_config = name
     plan = make_plan(c, tmp_path, "s", Machine(8, 8), tmp_path)
     assert plan.trainer.command[3] == str(bundle_root() / "configs" / "accelerate" / f"{name}.yaml")
+
+
+@pytest.mark.parametrize("name", ["zero3", "fsdp"])
+def test_sharding_configs_over_several_trainer_processes_are_refused_in_one_line(tmp_path, name):
+    """Rank 0 alone writes each step's policy for vLLM, from its own copy of the weights: sharded, that copy is
+    partitioned (an empty adapter) or DTensor shards (a hang). One process holds the whole model: allowed."""
+    c = cfg()  # 2 trainer GPUs
+    c.trainer.accelerate_config = name
+    with pytest.raises(PlanError) as e:
+        make_plan(c, tmp_path, "s", Machine(8, 8), tmp_path)
+    assert f'trainer.accelerate_config = "{name}"' in str(e.value) and 'use "ddp"' in str(e.value)
+    assert "\n" not in str(e.value)
+    one = cfg(6, 1)
+    one.trainer.accelerate_config = name
+    assert Path(make_plan(one, tmp_path, "s", Machine(8, 8), tmp_path).trainer.command[0]).name == "vf-train"
 
 
 def test_accelerate_config_path_must_exist(tmp_path):

@@ -422,6 +422,9 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
     )
 
 
+SHARDED_CONFIGS = ("zero3", "fsdp")  # the bundled accelerate configs that shard weights over the processes
+
+
 def trainer_command(cfg: RLConfig, processes: int, on_gpus: bool, tr_env: dict[str, str], machine: Machine,
                     workdir: Path, config_file: Path, node_rank: int | ShellWord = 0,
                     address: str | None = None) -> list[str]:
@@ -430,6 +433,12 @@ def trainer_command(cfg: RLConfig, processes: int, on_gpus: bool, tr_env: dict[s
     `processes`: on each node; with trainer.nodes > 1 this is the command of node `node_rank` (0: vf-rl's own),
     meeting the others at `address` (default trainer.main_address)."""
     total = processes * cfg.trainer.nodes
+    if total > 1 and on_gpus and cfg.trainer.accelerate_config in SHARDED_CONFIGS:
+        # docs/gpu.md, section 1: every step rank 0 alone writes the policy vLLM loads, from its own copy of the
+        # weights; sharded, that copy is partitioned (ZeRO-3) or DTensor shards (FSDP2): an empty adapter or a hang
+        raise PlanError("trainer.accelerate_config", f'"{cfg.trainer.accelerate_config}"',
+                        f"shards the weights over the {total} trainer processes, and vf-train cannot push sharded "
+                        f"weights to vLLM yet; use \"ddp\" (every process holds the whole model)")
     if total > 1 and on_gpus:
         # the vf-train console script is a Python file: accelerate runs it in each process
         return [console_script("accelerate"), "launch", "--config-file",
