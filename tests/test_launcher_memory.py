@@ -84,6 +84,9 @@ def test_vllm_needs_its_weights_in_the_served_dtype_and_one_sequence_of_kv_cache
     fp32 = model_shape(folder(tmp_path, {**QWEN_05B, "torch_dtype": "float32"}, "f") / "config.json")
     assert vllm_need(fp32, {}).parts["weights"] == 494_032_768 * 2  # vLLM's "auto" serves fp32 in 16 bits
     assert vllm_need(shape, {"tensor_parallel_size": 2}).parts["weights"] == 494_032_768  # per GPU
+    # weights reloaded in place each step (full fine-tuning, merged LoRA): one layer built anew, here the embedding
+    assert "in-place reload (one layer)" not in need.parts
+    assert vllm_need(shape, {}, reloads_weights=True).parts["in-place reload (one layer)"] == 151936 * 896 * 2
 
 
 def test_trainer_full_fine_tuning_holds_fp32_weights_gradients_and_two_adamw_states(tmp_path):

@@ -286,8 +286,9 @@ def test_full_fine_tuning_that_cannot_fit_beside_vllm_is_refused_with_the_number
         make_plan(c, tmp_path / "run", "s", H100, tmp_path)
     assert str(e.value) == (
         "trainer.args.use_lora = false is invalid: full fine-tuning of models/qwen2.5-0.5b-instruct (14.77B parameters) "
-        "needs 220.1 GiB before activations (weights 55.0 + gradients 55.0 + AdamW states 110.0) and vLLM 29.4 GiB "
-        "(weights 27.5 + KV cache of one 2048-token sequence 0.4 + overhead 1.5); with two CUDA contexts (1.0 GiB) "
+        "needs 220.1 GiB before activations (weights 55.0 + gradients 55.0 + AdamW states 110.0) and vLLM 30.8 GiB "
+        "(weights 27.5 + KV cache of one 2048-token sequence 0.4 + overhead 1.5 + in-place reload (one layer) 1.5); "
+        "with two CUDA contexts (1.0 GiB) "
         "that is more than one 79.6 GiB GPU holds; use LoRA (trainer.args.use_lora = true) or give the trainer GPUs "
         "of its own")
     c.trainer.args.use_lora = True  # LoRA of the same model fits (its activations are only noted)
@@ -296,8 +297,8 @@ def test_full_fine_tuning_that_cannot_fit_beside_vllm_is_refused_with_the_number
 
 @pytest.mark.parametrize("util, message", [
     (0.01, "inference.args.gpu_memory_utilization = 0.01 is invalid: must be at least 0.04 on the 79.6 GiB GPU it "
-           "shares with the trainer: vLLM needs 2.4 GiB (weights 0.9 + KV cache of one 2048-token sequence 0.0 + "
-           "overhead 1.5)"),
+           "shares with the trainer: vLLM needs 2.7 GiB (weights 0.9 + KV cache of one 2048-token sequence 0.0 + "
+           "overhead 1.5 + in-place reload (one layer) 0.3)"),
     (0.98, "inference.args.gpu_memory_utilization = 0.98 is invalid: must be at most 0.89 on the 79.6 GiB GPU it "
            "shares with the trainer: the trainer needs 7.4 GiB before activations (weights 1.8 + gradients 1.8 + "
            "AdamW states 3.7), plus 1.0 GiB for two CUDA contexts"),

@@ -82,6 +82,8 @@ class WeightReloadExtension:
             for name, module in packed_layers(model):
                 module.quant_method.process_weights_after_loading(module)
                 repacked.append(name)
+        if torch.cuda.is_available():  # the reload's one-layer scratch block, kept by the allocator otherwise
+            torch.cuda.empty_cache()
         self.vfrl_version = int(version)
         logger.info("vfrl: loaded weights version %s from %s (%d packed layers rebuilt)", version, directory,
                     len(repacked))

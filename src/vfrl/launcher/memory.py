@@ -142,8 +142,11 @@ def model_shape(config_json: Path) -> ModelShape | None:
     )
 
 
-def vllm_need(shape: ModelShape, inference_args: dict) -> Need:
-    """Per GPU of the server: the least its --gpu-memory-utilization budget must hold to start."""
+def vllm_need(shape: ModelShape, inference_args: dict, reloads_weights: bool = False) -> Need:
+    """Per GPU of the server: the least its --gpu-memory-utilization budget must hold to start.
+    `reloads_weights` (full weights or merged LoRA pushed each step): vLLM's in-place reload builds one layer
+    anew before copying it into place, the largest being the embedding or the fused gate/up projection, and
+    its allocator keeps that block (vLLM 0.32 model_loader/reload; read, not yet measured on a GPU)."""
     dtype = str(inference_args.get("dtype", "auto"))
     if dtype == "auto":  # vLLM serves fp32 checkpoints in 16 bits unless told otherwise
         dtype = "bfloat16" if shape.dtype == "float32" else shape.dtype
@@ -151,9 +154,12 @@ def vllm_need(shape: ModelShape, inference_args: dict) -> Need:
     kv_b = 1 if str(inference_args.get("kv_cache_dtype", "auto")).startswith("fp8") else b
     tp = int(inference_args.get("tensor_parallel_size", 1))
     max_len = int(inference_args.get("max_model_len") or shape.max_len)
-    return Need({"weights": shape.params * b / tp,
-                 f"KV cache of one {max_len}-token sequence": 2 * shape.layers * shape.kv_dim * kv_b * max_len / tp,
-                 "overhead": VLLM_OVERHEAD}, static=("weights",))
+    parts = {"weights": shape.params * b / tp,
+             f"KV cache of one {max_len}-token sequence": 2 * shape.layers * shape.kv_dim * kv_b * max_len / tp,
+             "overhead": VLLM_OVERHEAD}
+    if reloads_weights:
+        parts["in-place reload (one layer)"] = max(shape.vocab, 2 * shape.intermediate) * shape.hidden * b / tp
+    return Need(parts, static=("weights",))
 
 
 def lora_params(shape: ModelShape, rank: int, modules_to_save: list[str] | None) -> int:

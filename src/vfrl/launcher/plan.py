@@ -206,7 +206,8 @@ def split_memory(cfg: RLConfig, gpu_mib: int | None, workdir: Path, processes: i
                f"the Hugging Face cache)")
         return SharedMemory(None, util, given is None), [f"memory not checked: {why}; vLLM takes {util} of each shared GPU"]
     total = gpu_mib * 2**20
-    vllm, trainer = vllm_need(shape, cfg.inference.args), trainer_need(shape, cfg, processes)
+    vllm = vllm_need(shape, cfg.inference.args, reloads_weights=not cfg.serves_adapters)
+    trainer = trainer_need(shape, cfg, processes)
     room = total - 2 * CUDA_CONTEXT  # both processes' CUDA contexts sit outside vLLM's budget
     least, most = _ceil2(vllm.total / total), _floor2((room - trainer.static_total) / total)
     if given is None:
