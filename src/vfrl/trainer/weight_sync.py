@@ -146,7 +146,6 @@ class FullWeightSync(WeightSync):
         self.weights_dir = weights_dir
         self.served_name = served_name
         self.keep = keep
-        self.timeout = timeout
         self.saved: list[Path] = []
         self.last: dict = {}  # timings and what the workers reported for the latest push
 
