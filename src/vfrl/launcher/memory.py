@@ -27,6 +27,8 @@ if TYPE_CHECKING:  # scripts/gpu_check.py reads model shapes on machines that ma
     from vfrl.config import RLConfig
 
 GIB = 2**30
+# the bundled accelerate configs that shard weights, gradients and optimizer states over the trainer processes
+SHARDED_CONFIGS = ("zero3", "fsdp")
 # set in the trainer pane when it shares a GPU with vLLM: vLLM sizes its KV cache by how much the GPU's free
 # memory drops while it starts, whoever allocated it, so the trainer loads its model only once vLLM is up
 TRAINER_LOADS_AFTER_VLLM_ENV = "VFRL_TRAINER_LOADS_AFTER_VLLM"
@@ -190,7 +192,7 @@ def trainer_need(shape: ModelShape, cfg: RLConfig, processes: int = 1) -> Need:
     a = cfg.args
     b = 2 if a.bf16 else 4
     # ZeRO-3 and FSDP shard weights, gradients and optimizer states over the processes; DDP replicates them
-    shards = processes if cfg.trainer.accelerate_config in ("zero3", "fsdp") else 1
+    shards = processes if cfg.trainer.accelerate_config in SHARDED_CONFIGS else 1
     if a.use_lora:  # the frozen base in the compute dtype
         parts = {"weights": shape.params * b / shards}
         parts["LoRA weights, gradients and AdamW states"] = (

@@ -34,7 +34,8 @@ from vfrl.bundle import bundled
 from vfrl.config import ACCELERATE_CONFIGS, SHARED_UTILIZATION_UNKNOWN_SIZE, RLConfig
 from vfrl.cpu_cores import TRAINER_CORES_ENV
 from vfrl.launcher.memory import (
-    CUDA_CONTEXT, TRAINER_LOADS_AFTER_VLLM_ENV, Need, find_model_config, gib, model_shape, trainer_need, vllm_need,
+    CUDA_CONTEXT, SHARDED_CONFIGS, TRAINER_LOADS_AFTER_VLLM_ENV, Need, find_model_config, gib, model_shape,
+    trainer_need, vllm_need,
 )
 from vfrl.launcher.pane_env import source_line
 from vfrl.launcher.procs import MARKER
@@ -421,9 +422,6 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
         config=cfg, tensor_parallel=tp, data_parallel=dp, trainer_processes=processes, memory=memory, notes=notes,
         job_node_rank=JOB_NODE_RANK if from_job else None,
     )
-
-
-SHARDED_CONFIGS = ("zero3", "fsdp")  # the bundled accelerate configs that shard weights over the processes
 
 
 def trainer_command(cfg: RLConfig, processes: int, on_gpus: bool, tr_env: dict[str, str], machine: Machine,
