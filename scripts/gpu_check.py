@@ -287,13 +287,22 @@ def peak_tflops(ctx: Context, name: str) -> float | None:
     return ctx.peak_tflops or next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
 
 
+def trainable_copy(trainer) -> dict:
+    """What trains, copied to the CPU in fp32 (what trains is fp32 anyway: peft's adapter, full fine-tuning's
+    master weights)."""
+    import torch
+
+    return {n: p.detach().to("cpu", dtype=torch.float32, copy=True) for n, p in trainer.model.named_parameters()
+            if p.requires_grad}
+
+
 def train_steps(ctx: Context, trainer, steps: int) -> dict:
     """A warm-up step (AdamW makes its states), then `steps` timed steps on fresh batches; peak memory of those."""
     from vfrl.launcher.memory import model_shape, trainer_need
 
     a = trainer.args
     # kept on the CPU: a copy on the GPU counted in the peak (1.84 GiB of full fine-tuning's 36.2 on the H100)
-    trainable = {n: p.detach().to("cpu", copy=True) for n, p in trainer.model.named_parameters() if p.requires_grad}
+    trainable = trainable_copy(trainer)
     weights_only = ctx.reset_peak()
     first = trainer.train_step(fake_batch(trainer, seed=0))
     base = ctx.reset_peak()
@@ -306,8 +315,8 @@ def train_steps(ctx: Context, trainer, steps: int) -> dict:
         ctx.sync()
         times.append(time.perf_counter() - t0)
     peak = ctx.peak()
-    changed = sum(not p.detach().cpu().equal(trainable[n]) for n, p in trainer.model.named_parameters()
-                  if n in trainable)
+    after = trainable_copy(trainer)
+    changed = sum(not after[n].equal(trainable[n]) for n in trainable)
     tokens = a.batch_size * a.max_seq_len
     step_s = sorted(times)[len(times) // 2]
     flops = model_flops(ctx, tokens, a.batch_size * a.max_tokens, a.max_seq_len, full=not a.use_lora)
@@ -592,13 +601,6 @@ def check_vf_rl_shared_run(ctx: Context) -> dict:
     return out
 
 
-def trainable_copy(trainer) -> dict:
-    import torch
-
-    return {n: p.detach().to("cpu", dtype=torch.float32, copy=True) for n, p in trainer.model.named_parameters()
-            if p.requires_grad}
-
-
 class CheckFailed(RuntimeError):
     """A check that ran but did not pass; `result` holds what it measured."""
 
@@ -647,26 +649,31 @@ def check_resume(ctx: Context, use_lora: bool) -> dict:
 
     again = make_trainer(ctx, run, use_lora, **extra)
 
-    def resumed_step(seed: int | None = None) -> tuple[dict, float, dict]:
+    def same(a, b) -> bool:  # one RNG state: a tensor (torch), tensors (one per CUDA device) or a tuple (python)
+        if isinstance(a, torch.Tensor):
+            return torch.equal(a, b)
+        if isinstance(a, list):
+            return len(a) == len(b) and all(map(torch.equal, a, b))
+        return a == b
+
+    def resumed_step(seed: int | None = None) -> tuple[dict, float, dict, float]:
+        """Resume, (reseed,) take the second step: (weights, resume seconds, RNG restored by source, loss)."""
         t0 = time.perf_counter()
         step, _ = again.resume(path)
         took = time.perf_counter() - t0
         if step != 1:
             raise RuntimeError(f"resumed at step {step}, saved at 1")
         rng = rng_states()
+        restored = {k: same(v, rng[k]) for k, v in saved_rng.items() if k != "numpy"}
         if seed is not None:
             torch.manual_seed(seed)
             if ctx.device == "cuda":
                 torch.cuda.manual_seed_all(seed)
         loss = again.train_step(second)["loss"]
-        return trainable_copy(again), took, {k: all(torch.equal(x, y) for x, y in zip(saved_rng[k], rng[k]))
-                                             if k == "cuda" else bool(torch.equal(saved_rng[k], rng[k]))
-                                             if k == "torch" else saved_rng[k] == rng[k]
-                                             for k in saved_rng if k != "numpy"} | {"loss": loss}
+        return trainable_copy(again), took, restored, loss
 
-    resumed, resume_s, restored = resumed_step()
-    resumed_loss = restored.pop("loss")
-    twice, _, _ = resumed_step()
+    resumed, resume_s, restored, resumed_loss = resumed_step()
+    twice, *_ = resumed_step()
     update = relative_distance(continued, before, 1.0)
     out = {"checkpoint": path.name, "save_s": round(save_s, 2), "resume_s": round(resume_s, 2),
            "rng_restored": restored, "tensors": len(continued), "update_norm": update,
@@ -675,7 +682,7 @@ def check_resume(ctx: Context, use_lora: bool) -> dict:
            "loss": {"continued": stats["loss"], "resumed": resumed_loss}}
     noise = max(out["noise_resumed_twice"], 1e-6)
     if use_lora:  # the dropout masks change with the seed, so must the step
-        other, _, _ = resumed_step(seed=12345)
+        other, *_ = resumed_step(seed=12345)
         out["other_seed_vs_continued"] = relative_distance(continued, other, update)
     if not all(restored.values()):
         raise CheckFailed(f"RNG states not restored as saved: {restored}", out)
