@@ -28,10 +28,10 @@ def tmux_socket(kind: str, tmp_path: Path) -> str:
     return f"vfrl-{kind}-{os.getpid()}-{tmp_path.name}"
 
 
-def train_package_two_steps(tmp_path: Path, model: Path, env: dict, pythonpath: Path):
+def train_package_two_steps(tmp_path: Path, model: Path, env: dict, pythonpath: Path, examples_per_step: int = 2):
     """`vf-rl @ config` (real tmux, real vf-vllm) on the environment package `env` ([env] table) found on
     `pythonpath`: 2 steps of 4 rollouts (2 examples x 2: a verifiers 0.4 rollout runs a harness subprocess of
-    its own, seconds each on 2 cores). Returns (the finished vf-rl, its run dir, the steps'
+    its own, seconds each on 2 cores; 1 example x 2 where an episode has 2 traces, a rollout each). Returns (the finished vf-rl, its run dir, the steps'
     metrics lines), after checking what every such run must show: exit 0, no traceback in trainer.log, the
     base and each step's adapter loaded into vLLM, no rollout dropped, each step sampled from the adapter of
     the step before."""
@@ -40,7 +40,8 @@ def train_package_two_steps(tmp_path: Path, model: Path, env: dict, pythonpath: 
     import tomllib
 
     cfg = write_config(tmp_path / "cfg.toml", model, port=0, output_dir=tmp_path / "outputs", max_steps=2,
-                       batch_size=4, micro_batch_size=4, rollouts_per_example=2, eval_strategy="no")
+                       batch_size=2 * examples_per_step, micro_batch_size=2 * examples_per_step,
+                       rollouts_per_example=2, eval_strategy="no")
     config = tomllib.loads(cfg.read_text())
     config["env"] = env
     cfg.write_text(tomli_w.dumps(config))
@@ -73,7 +74,7 @@ def max_logprob_gap(model, rollouts) -> float:
     from vfrl.trainer.logprobs import sequence_logprobs
 
     worst = 0.0
-    for r in rollouts:
+    for r in (s for rollout in rollouts for s in rollout.sequences()):  # a forked trace's other branches too
         ids = torch.tensor([r.prompt_ids + r.completion_ids])
         with torch.no_grad():
             lp = sequence_logprobs(model, ids, torch.ones_like(ids))[0, len(r.prompt_ids) - 1 :]

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from vfrl.envs.verifiers_v1 import DroppedEpisode, episode_rollout
+from vfrl.envs.verifiers_v1 import DroppedEpisode, episode_rollouts
 from vfrl.inference.scale_out import find_uv, is_verifiers_package
 
 from conftest import BIN
@@ -37,14 +37,15 @@ needs_uv = pytest.mark.skipif(find_uv() is None, reason="uv is not installed (ve
 
 # --- what becomes of an episode (no verifiers needed: episodes are duck-typed) ---
 
-async def sample_batch(env, base_url: str, api_key: str, policy: str, version: int, max_tokens: int):
-    """One batch of `env` (2 examples x 2 rollouts) sampled from `policy` by the trainer's Orchestrator."""
+async def sample_batch(env, base_url: str, api_key: str, policy: str, version: int, max_tokens: int,
+                       examples: int = 2):
+    """One batch of `env` (`examples` x 2 rollouts) sampled from `policy` by the trainer's Orchestrator."""
     from openai import AsyncOpenAI
 
     from vfrl.config import TrainerArgs
     from vfrl.trainer.orchestrator import Orchestrator
 
-    args = TrainerArgs(batch_size=4, rollouts_per_example=2, max_tokens=max_tokens, eval_strategy="no",
+    args = TrainerArgs(batch_size=2 * examples, rollouts_per_example=2, max_tokens=max_tokens, eval_strategy="no",
                        rollout_timeout=240)
     try:
         return await Orchestrator(env, AsyncOpenAI(base_url=base_url, api_key=api_key), args).generate(0, policy, version)
@@ -52,26 +53,40 @@ async def sample_batch(env, base_url: str, api_key: str, policy: str, version: i
         await env.aclose()
 
 
-def fake_generated_batch(env, tiny_model, adapter: str, version: int, api_key: str = "k"):
+def fake_generated_batch(env, tiny_model, adapter: str, version: int, api_key: str = "k", examples: int = 2):
     """One batch of `env` (max_tokens 16) sampled through FakeGenerate serving `adapter` as policy `version`;
     returns the batch and the requests the fake server got."""
     from fake_generate import FakeGenerate
 
     async def run():
         async with FakeGenerate(str(tiny_model), adapter=adapter) as fake:
-            return await sample_batch(env, fake.base_url, api_key, adapter, version, max_tokens=16), fake.requests
+            return await sample_batch(env, fake.base_url, api_key, adapter, version, 16, examples), fake.requests
 
     return asyncio.run(run())
 
 
-def served_batch(env, base_url: str, api_key: str, policy: str, version: int, max_tokens: int):
+def served_batch(env, base_url: str, api_key: str, policy: str, version: int, max_tokens: int, examples: int = 2):
     """One batch of `env` sampled from `policy` on the real server at base_url."""
-    return asyncio.run(sample_batch(env, base_url, api_key, policy, version, max_tokens))
+    return asyncio.run(sample_batch(env, base_url, api_key, policy, version, max_tokens, examples))
+
+
+def node(ids, mask, logprobs=()):
+    """A message node: its tokens, which of them were sampled, and the sampled ones' logprobs."""
+    return SimpleNamespace(token_ids=list(ids), mask=[bool(m) for m in mask], logprobs=list(logprobs))
+
+
+def path(*nodes, trainable=True, messages=()):
+    """A branch through `nodes`, with verifiers' spread of their masks and logprobs over its tokens."""
+    ids = [t for n in nodes for t in n.token_ids]
+    mask = [m for n in nodes for m in n.mask]
+    lps = iter([lp for n in nodes for lp in n.logprobs])
+    return SimpleNamespace(nodes=list(nodes), token_ids=ids, sampled_mask=mask, trainable=trainable,
+                           logprobs=[next(lps) if m else 0.0 for m in mask], messages=list(messages))
 
 
 def branch(ids, mask, logprobs, trainable=True, messages=()):
-    return SimpleNamespace(token_ids=ids, sampled_mask=mask, logprobs=logprobs, trainable=trainable,
-                           messages=list(messages))
+    """A branch of one node."""
+    return path(node(ids, mask, [lp for lp, m in zip(logprobs, mask) if m]), trainable=trainable, messages=messages)
 
 
 def episode(*traces, ok=True, errors=()):
@@ -90,11 +105,11 @@ def test_a_multi_turn_branch_keeps_its_tokens_mask_and_logprobs():
                [0.0, 0.0, 0.0, -0.1, -0.2, 0.0, 0.0, -0.3, -0.4],
                messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"},
                          {"role": "user", "content": "more"}, {"role": "assistant", "content": "b"}])
-    r = episode_rollout(episode(trace(b, reward=0.75)), example_id=7, answer="x", policy="policy-3")
+    (r,) = episode_rollouts(episode(trace(b, reward=0.75)), example_id=7, answer="x", policy="policy-3")
     assert r.prompt_ids == [1, 2, 3] and r.completion_ids == [10, 11, 4, 5, 12, 13]
     assert r.completion_mask == [1, 1, 0, 0, 1, 1]
     assert r.completion_logprobs == [-0.1, -0.2, 0.0, 0.0, -0.3, -0.4]
-    assert r.turn_spans == [(0, 2), (4, 6)]
+    assert r.turn_spans == [(0, 2), (4, 6)] and r.more_branches == []
     assert r.reward == 0.75 and r.metrics == {"exact": 0.75, "len": 3.0}
     assert r.prompt == [{"role": "user", "content": "q"}] and len(r.completion) == 3
     assert (r.example_id, r.answer, r.policy) == (7, "x", "policy-3")
@@ -102,21 +117,110 @@ def test_a_multi_turn_branch_keeps_its_tokens_mask_and_logprobs():
 
 def test_traces_of_agents_that_do_not_train_are_left_out():
     judge = trace(branch([1, 9], [0, 1], [0.0, -1.0]), trainable=False)
-    r = episode_rollout(episode(judge, trace(branch([1, 2, 3], [0, 1, 1], [0.0, -0.5, -0.6]))), 0, "", "p")
+    (r,) = episode_rollouts(episode(judge, trace(branch([1, 2, 3], [0, 1, 1], [0.0, -0.5, -0.6]))), 0, "", "p")
     assert r.completion_ids == [2, 3]
 
 
-@pytest.mark.parametrize("ep, kind", [
-    (episode(trace(branch([1, 2], [0, 1], [0, -1.0]), branch([1, 3], [0, 1], [0, -1.0]))), "unsupported"),
-    (episode(trace(branch([1, 2], [0, 1], [0, -1.0])), trace(branch([1, 3], [0, 1], [0, -1.0]))), "unsupported"),
-    (episode(trace(branch([1, 2], [0, 0], [0, 0.0]))), "failed"),
-    (episode(trace(ok=False, errors=[SimpleNamespace(type="HarnessError", message="exit 1\nlog")]), ok=False),
-     "failed"),
+def test_a_forked_trace_is_one_rollout_whose_branches_share_its_reward_and_train_each_token_once():
+    """Two branches through a shared beginning (system prompt, question, first reply), then each its own
+    context: the shared reply trains in the first branch only, the second branch's tokens from its own
+    first sampled token on are its completion."""
+    system, question = node([1, 2], [0, 0]), node([3], [0])
+    reply = node([7, 10, 11], [0, 1, 1], [-0.1, -0.2])  # generation prompt 7, then two sampled tokens
+    more, second = node([4], [0]), node([7, 12], [0, 1], [-0.3])
+    rewritten, third = node([5, 6], [0, 0]), node([7, 13, 14], [0, 1, 1], [-0.4, -0.5])
+    first_path = path(system, question, reply, more, second)
+    other = path(system, question, reply, rewritten, third)
+    (r,) = episode_rollouts(episode(trace(first_path, other, reward=0.25)), 0, "", "p")
+    assert r.prompt_ids == [1, 2, 3, 7] and r.completion_ids == [10, 11, 4, 7, 12]
+    assert r.completion_mask == [1, 1, 0, 0, 1] and r.completion_logprobs == [-0.1, -0.2, 0.0, 0.0, -0.3]
+    (b,) = r.more_branches
+    assert b.prompt_ids == [1, 2, 3, 7, 10, 11, 5, 6, 7] and b.completion_ids == [13, 14]  # the shared reply: context
+    assert b.completion_mask == [1, 1] and b.completion_logprobs == [-0.4, -0.5]
+    assert r.reward == 0.25
+    # a branch that adds no sampled token of its own (a dangling fork of the shared beginning) is no row
+    (r,) = episode_rollouts(episode(trace(first_path, path(system, question, reply))), 0, "", "p")
+    assert r.more_branches == []
+    # a branch verifiers marks untrainable (a compaction attempt the harness did not resume from) neither
+    (r,) = episode_rollouts(episode(trace(first_path, path(system, question, reply, rewritten, third,
+                                                             trainable=False))), 0, "", "p")
+    assert r.more_branches == []
+
+
+def test_an_episode_with_several_trainable_traces_is_a_rollout_per_trace():
+    ep = episode(trace(branch([1, 2], [0, 1], [0, -1.0]), reward=1.0), trace(branch([1, 3], [0, 1], [0, -2.0]), reward=0.0))
+    a, b = episode_rollouts(ep, 4, "", "p")
+    assert (a.completion_ids, a.reward, b.completion_ids, b.reward) == ([2], 1.0, [3], 0.0)
+    assert a.example_id == b.example_id == 4
+
+
+@pytest.mark.parametrize("ep", [
+    episode(trace(branch([1, 2], [0, 0], [0, 0.0]))),
+    episode(trace(branch([1, 2], [0, 1], [0, -1.0]), trainable=False)),
+    episode(trace(ok=False, errors=[SimpleNamespace(type="HarnessError", message="exit 1\nlog")]), ok=False),
 ])
-def test_episodes_it_cannot_train_are_dropped_with_a_one_line_reason(ep, kind):
+def test_episodes_it_cannot_train_are_dropped_with_a_one_line_reason(ep):
     with pytest.raises(DroppedEpisode) as e:
-        episode_rollout(ep, 0, "", "p")
-    assert e.value.kind == kind and "\n" not in str(e.value)
+        episode_rollouts(ep, 0, "", "p")
+    assert e.value.kind == "failed" and "\n" not in str(e.value)
+
+
+@needs_v1
+def test_a_forked_verifiers_trace_built_from_its_own_message_graph():
+    """The same fork on verifiers' own classes: a Trace whose message graph has two leaves (the history after
+    the first reply was rewritten), its branches walked by verifiers (`Trace.branches`), its reward from
+    `@vf.reward`-style named rewards."""
+    import verifiers.v1 as vf
+    from verifiers.v1.graph import MessageNode
+    from verifiers.v1.trace import AgentInfo, Reward, TraceTask
+
+    def msg(role, text, parent, ids, mask=(), logprobs=()):
+        cls = {"system": vf.SystemMessage, "user": vf.UserMessage, "assistant": vf.AssistantMessage}[role]
+        return MessageNode(message=cls(content=text), parent=parent, sampled=role == "assistant", token_ids=ids,
+                           mask=list(mask) or [False] * len(ids), logprobs=list(logprobs))
+
+    nodes = [msg("system", "s", None, [1, 2]), msg("user", "abc", 0, [3]),
+             msg("assistant", "cba", 1, [7, 10, 11], [False, True, True], [-0.1, -0.2]),
+             msg("user", "lamp", 2, [4]), msg("assistant", "pmal", 3, [7, 12], [False, True], [-0.3]),
+             msg("user", "ok", 2, [5, 6]), msg("assistant", "ko", 5, [7, 13, 14], [False, True, True], [-0.4, -0.5])]
+    t = vf.Trace(task=TraceTask(type="T", data=vf.TaskData(idx=0, prompt="abc")),
+                 agent=AgentInfo(config=vf.AgentConfig()), nodes=nodes, ok=True, is_completed=True,
+                 rewards={"exact": Reward(score=0.5, weight=1.0)})
+    assert len(t.branches) == 2
+    (r,) = episode_rollouts(SimpleNamespace(ok=True, errors=[], traces=[t]), 0, "", "p")
+    assert r.prompt_ids == [1, 2, 3, 7] and r.completion_ids == [10, 11, 4, 7, 12]
+    assert r.completion_mask == [1, 1, 0, 0, 1] and r.completion_logprobs == pytest.approx([-0.1, -0.2, 0, 0, -0.3])
+    (b,) = r.more_branches
+    assert b.prompt_ids == [1, 2, 3, 7, 10, 11, 5, 6, 7] and b.completion_ids == [13, 14]
+    assert b.completion_logprobs == pytest.approx([-0.4, -0.5]) and r.reward == 0.5
+    assert [m["content"] for m in r.prompt] == ["s", "abc"] and [m["content"] for m in r.completion] == ["cba", "lamp", "pmal"]
+
+
+def test_a_forked_rollout_trains_every_branch_as_a_row_with_its_advantage():
+    """make_train_batch: a rollout's other branches are rows of their own with the rollout's advantage; the
+    group's baseline counts the rollout once; a checkpoint's pending batch keeps them."""
+    import dataclasses
+
+    from vfrl.config import TrainerArgs
+    from vfrl.envs.environment import Rollout, TokenBranch
+    from vfrl.trainer.batch import make_train_batch
+
+    def rollout(reward, *more):
+        return Rollout(example_id=0, prompt=[], completion=[], answer="", prompt_ids=[1, 2], completion_ids=[3, 4],
+                       completion_logprobs=[-0.1, -0.2], completion_mask=[1, 1], policy="p", reward=reward,
+                       more_branches=list(more))
+
+    fork = TokenBranch(prompt_ids=[1, 5], completion_ids=[6, 7, 8], completion_logprobs=[-0.3, 0.0, -0.4],
+                       completion_mask=[1, 0, 1])
+    rollouts = [rollout(1.0, fork), rollout(0.0)]
+    args = TrainerArgs(batch_size=2, rollouts_per_example=2, micro_batch_size=1, max_tokens=8)
+    tb, rewards = make_train_batch(rollouts, args, pad_id=0)
+    assert rewards.tolist() == [1.0, 0.0] and len(tb) == 3
+    assert tb.advantages.tolist() == [0.5, 0.5, -0.5]  # the fork trains with its rollout's advantage
+    assert tb.input_ids[1].tolist() == [1, 5, 6, 7, 8]
+    # position t predicts token t + 1: 6 and 8 were sampled, 7 is the environment's
+    assert tb.loss_mask[1].tolist() == [0, 1, 0, 1] and tb.sampling_logprobs[1].tolist() == pytest.approx([0, -0.3, 0, -0.4])
+    assert Rollout.from_dict(dataclasses.asdict(rollouts[0])) == rollouts[0]
 
 
 def test_scale_out_is_on_for_a_verifiers_package_only():
@@ -278,19 +382,28 @@ def test_orchestrator_samples_a_v1_package_through_the_generate_route(tiny_model
 @needs_v1
 @needs_uv
 def test_a_multi_turn_package_plays_its_own_env_and_its_turns_get_no_loss(tiny_model):
-    """tests/v1_pkgs/v1_two_words exports a vf.Env that sends a second word after the first reply: verifiers
-    runs that Env (not its single-agent one), each turn extends one token sequence (one branch, never
-    re-tokenized), the sampled replies have mask 1 and the environment's turn between them mask 0."""
+    """tests/v1_pkgs/v1_two_tries exports a vf.Env that plays two conversations per episode, each sending a second
+    word after the first reply: verifiers runs that Env (not its single-agent one), each conversation is a
+    trace and a rollout of its own with its own reward (the group holds both of every episode), each turn
+    extends one token sequence (one branch, never re-tokenized), the sampled replies have mask 1 and the
+    environment's turn between them mask 0; the batch trains one row per trace."""
     from transformers import AutoTokenizer
 
+    from vfrl.config import TrainerArgs
     from vfrl.envs.loader import load_environment
+    from vfrl.trainer.batch import make_train_batch
 
-    env = load_environment("v1-two-words")
-    assert type(env.v1_env).__name__ == "TwoWordsEnv"
+    env = load_environment("v1-two-tries")
+    assert type(env.v1_env).__name__ == "TwoTriesEnv"
 
-    batch, requests = fake_generated_batch(env, tiny_model, "policy-1", 1)
+    batch, requests = fake_generated_batch(env, tiny_model, "policy-1", 1, examples=1)
     tok = AutoTokenizer.from_pretrained(str(tiny_model))
-    assert len(batch.rollouts) == 4 and batch.metrics["rollouts_dropped"] == 0 and len(requests) == 8
+    # 1 example x 2 episodes x 2 traces, each trace two requests
+    assert len(batch.rollouts) == 4 and batch.sizes() == [4] and batch.metrics["rollouts_dropped"] == 0
+    assert len(requests) == 8 and all(r.more_branches == [] for r in batch.rollouts)
+    tb, _ = make_train_batch(batch.rollouts, TrainerArgs(batch_size=2, rollouts_per_example=2, max_tokens=16), 0,
+                             batch.sizes())
+    assert len(tb) == 4 and tb.loss_mask.sum() == sum(sum(r.completion_mask) for r in batch.rollouts)
     for r in batch.rollouts:
         first, second = env.tasks[r.example_id].data.prompt_text, env.tasks[r.example_id].data.second
         (a, b), (c, d) = r.turn_spans
@@ -415,9 +528,9 @@ def test_v1_package_samples_through_the_real_vllm_server(shared_vllm_server, tin
 @needs_uv
 @pytest.mark.e2e
 def test_a_multi_turn_v1_package_sampled_after_a_sync_matches_the_trainer(shared_vllm_server, tiny_model, tmp_path):
-    """v1_two_words through the session's vf-vllm, sampled from an adapter just pushed as vf-train pushes it
-    (AdapterSync): each episode is one branch, its replies mask 1 and the environment's turn mask 0, and the
-    trainer's logprobs (the same LoRA, in peft) of every sampled token are vLLM's within 1e-4."""
+    """v1_two_tries through the session's vf-vllm, sampled from an adapter just pushed as vf-train pushes it
+    (AdapterSync): each episode is two traces, each one branch, its replies mask 1 and the environment's turn
+    mask 0, and the trainer's logprobs (the same LoRA, in peft) of every sampled token are vLLM's within 1e-4."""
     from transformers import AutoTokenizer
 
     from conftest import max_logprob_gap, trained_like_adapter
@@ -428,11 +541,11 @@ def test_a_multi_turn_v1_package_sampled_after_a_sync_matches_the_trainer(shared
     (tmp_path / "adapters").mkdir()
     model = trained_like_adapter(tiny_model, seed=31, scale=0.05)
     policy, _ = AdapterSync(base_url, key, tmp_path / "adapters").push(model, 31)
-    env = load_environment("v1-two-words")
+    env = load_environment("v1-two-tries")
 
-    batch = served_batch(env, base_url, key, policy, 31, max_tokens=24)
+    batch = served_batch(env, base_url, key, policy, 31, max_tokens=24, examples=1)
     tok = AutoTokenizer.from_pretrained(str(tiny_model))
-    assert len(batch.rollouts) == 4 and batch.metrics["rollouts_dropped"] == 0
+    assert len(batch.rollouts) == 4 and batch.sizes() == [4] and batch.metrics["rollouts_dropped"] == 0
     for r in batch.rollouts:
         (a, b), (c, d) = r.turn_spans  # two replies, the environment's turn between them
         assert r.completion_mask == [1] * b + [0] * (c - b) + [1] * (d - c) and a == 0
@@ -446,17 +559,21 @@ def test_a_multi_turn_v1_package_sampled_after_a_sync_matches_the_trainer(shared
 @needs_uv
 @pytest.mark.e2e
 @pytest.mark.parametrize("package, metrics", [("v1-reverse", {"exact", "reply_len"}),
-                                              ("v1-two-words", {"reversed_each", "turns"})])
+                                              ("v1-two-tries", {"reversed_each", "turns"})])
 def test_vf_rl_trains_a_v1_package_two_steps(tiny_model, tmp_path, package, metrics):
     """`vf-rl @ config` with `env.id` a verifiers 0.4 package, single-turn and multi-turn: scale-out on by
     itself, two steps trained from its rollouts, each sampled from the adapter the step before loaded, exit
     code 0, no traceback (the environment's serving closes in its loop)."""
     from conftest import train_package_two_steps
 
-    env = {"id": package, "renderer": "default"} if package == "v1-two-words" else {"id": package}  # a named renderer
-    _, run_dir, steps = train_package_two_steps(tmp_path, tiny_model, env, PKGS)
+    env = {"id": package, "renderer": "default"} if package == "v1-two-tries" else {"id": package}  # a named renderer
+    # v1-two-tries: one example a step, 2 episodes of 2 traces (a rollout each): the same 4 rollouts a step
+    examples = 1 if package == "v1-two-tries" else 2
+    _, run_dir, steps = train_package_two_steps(tmp_path, tiny_model, env, PKGS, examples_per_step=examples)
     command = (run_dir / "logs" / "inference.log").read_text().splitlines()[0]  # the vLLM command vf-vllm ran
     assert command.startswith("vf-vllm: ") and "--enable-scale-out" in command
     for step in (1, 2):
         rollouts = [json.loads(line) for line in (run_dir / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()]
         assert all(set(r["metrics"]) == metrics for r in rollouts)
+        # every sampled token of every trace trained, the environment's turns did not
+        assert steps[step - 1]["loss_tokens"] == sum(r["sampled_tokens"] for r in rollouts)

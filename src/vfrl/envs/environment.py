@@ -3,7 +3,9 @@
 A rollout keeps the token ids and sampling logprobs vLLM returned (`return_token_ids`, `logprobs`),
 so training sequences are built from exactly the tokens the policy sampled, never re-tokenized text.
 Rollouts of a multi-turn conversation hold one sequence: the first prompt, then every model reply
-and the environment's messages in between, with `completion_mask` 0 on environment tokens.
+and the environment's messages in between, with `completion_mask` 0 on environment tokens. A
+conversation whose history was rewritten (a verifiers trace that forked) also holds the sequences
+of its other contexts (`more_branches`), trained with the rollout's one reward and advantage.
 `record_tokens=False` (text mode, for evaluating a server that is not vLLM) keeps only the messages:
 the id, logprob and mask lists stay empty.
 
@@ -32,6 +34,18 @@ Messages = list[dict[str, Any]]
 
 
 @dataclass
+class TokenBranch:
+    """Another token sequence of a rollout: the conversation went on in a context that is not a prefix
+    extension of the first (verifiers 0.4 forks a trace's message graph at compaction or a rewritten
+    history). Same meaning as the Rollout fields of the same names."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    completion_logprobs: list[float]
+    completion_mask: list[int]
+
+
+@dataclass
 class Rollout:
     example_id: int
     prompt: Messages
@@ -56,6 +70,17 @@ class Rollout:
     error: str | None = None  # why the rollout ended early, if a request failed
     # reward function name -> what went wrong (raised, hung, NaN, not a number); reward is 0 when any did
     reward_errors: dict[str, str] = field(default_factory=dict)
+    # the rollout's other token sequences, each trained as a row of its own with this rollout's advantage
+    more_branches: list[TokenBranch] = field(default_factory=list)
+
+    def sequences(self) -> list["Rollout | TokenBranch"]:
+        """Every token sequence this rollout trains: its own, then its other branches."""
+        return [self, *self.more_branches]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Rollout":
+        """The inverse of `dataclasses.asdict` (a checkpoint's pending batch)."""
+        return cls(**{**data, "more_branches": [TokenBranch(**b) for b in data.get("more_branches", [])]})
 
 
 def as_rows(data: Any, what: str) -> list[dict[str, Any]]:

@@ -1,7 +1,7 @@
 """A verifiers 0.4 (`verifiers.v1`) taskset trained as is: `V1Environment` wraps it as a vfrl Environment.
 
 The trainer's Orchestrator sees the same interface as for a vfrl environment (`dataset`,
-`eval_dataset`, `run_group`); underneath, each rollout is one verifiers episode:
+`eval_dataset`, `run_group`); underneath, its rollouts come from verifiers episodes:
 
 - the environment is `vf.load_environment(vf.resolve_env_config(...))` on the taskset with `[env.args]`,
   run by the package's own `vf.Env` when it exports one (a multi-turn conversation, several agents) and
@@ -11,17 +11,22 @@ The trainer's Orchestrator sees the same interface as for a vfrl environment (`d
 - `env.run_slot` samples through verifiers' train client, which renders the prompt with the base
   model's tokenizer and posts token ids to vLLM's `/inference/v1/generate` (vLLM started with
   `--enable-scale-out`; the adapter is chosen by the model name, as for vfrl's own requests);
-- a trainable branch becomes a `Rollout` from its own token ids, never re-tokenized: `prompt_ids`
-  are the ids before the first sampled token, `completion_ids` the rest, `completion_mask` is
-  verifiers' `sampled_mask` there (0 on tool/environment tokens between turns), the logprobs are the
-  sampling logprobs vLLM returned, the reward is the trace's reward (`@vf.reward` functions, weighted)
-  and the metrics are each reward's score and every `@vf.metric`.
+- each trace of a trainable agent becomes a `Rollout` with the trace's reward (`@vf.reward` functions,
+  weighted) and metrics (each reward's score and every `@vf.metric`); traces of agents marked
+  `trainable = False`, such as judges, are left out. An episode with several such traces (an Env that
+  plays the agent more than once, several trainable agents) gives the group one rollout per trace, and
+  the group's baseline is the mean over them all;
+- a trace's branches (its message graph forks where a history was rewritten: compaction, a subagent, a
+  turn verifiers had to re-render) are token sequences of that one rollout: the first is its own
+  (`prompt_ids`, `completion_ids`), the others `more_branches`, each a training row with the trace's
+  advantage. A message the branches share trains once, in the first branch holding it;
+- every sequence is its branch's own token ids, never re-tokenized: the prompt is the ids before the
+  first sampled token, `completion_mask` is verifiers' `sampled_mask` after it (0 on tool/environment
+  tokens between turns), the logprobs are the sampling logprobs vLLM returned.
 
-What trains: episodes with exactly one trainable branch (single-turn and linear multi-turn chat;
-traces of agents marked `trainable = False`, such as judges, are left out). An episode with several
-trainable branches (several trainable agents, forks, compaction, a turn verifiers had to re-render)
-or a failed episode is dropped and counted like any faulty rollout (`rollouts_dropped`, the reason on
-the step's warning line); when a whole batch is dropped the run stops with that line.
+A failed episode, or one with no sampled token, is dropped and counted like any faulty rollout
+(`rollouts_dropped`, the reason on the step's warning line); when a whole batch is dropped the run stops
+with that line.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vfrl.envs.environment import Environment, Rollout
+from vfrl.envs.environment import Environment, Rollout, TokenBranch
 from vfrl.envs.faults import RolloutFaults, one_line, start_clock, time_left
 from vfrl.inference.scale_out import find_uv
 
@@ -78,15 +83,42 @@ def ensure_uv(env_id: str) -> None:
         os.environ["PATH"] = folder + os.pathsep + os.environ.get("PATH", "")
 
 
-def branch_rollout(branch, example_id: int, answer: Any, policy: str) -> Rollout:
-    """One trainable branch as a Rollout, from its own token ids, mask and logprobs."""
-    ids, mask, logprobs = list(branch.token_ids), [int(m) for m in branch.sampled_mask], list(branch.logprobs)
+def trained_once_masks(trace) -> list[tuple[Any, list[int]]]:
+    """(branch, its sampled mask) for each trainable branch of `trace` with a token left to train.
+
+    Branches of a forked trace share their common beginning (the same message nodes, a prefix of each
+    path): a sampled node trains in the first branch that holds it and is context (mask 0) in the
+    later ones, so no token trains twice. `sampled_mask` and `logprobs` are verifiers' own spread of
+    the nodes' masks and logprobs over `token_ids`."""
+    trained: set[int] = set()
+    out = []
+    for branch in (b for b in trace.branches if b.trainable):
+        mask = [int(m) for m in branch.sampled_mask]
+        start = 0
+        for node in branch.nodes:
+            end = start + len(node.token_ids)
+            if any(node.mask):
+                if id(node) in trained:
+                    mask[start:end] = [0] * (end - start)
+                trained.add(id(node))
+            start = end
+        if 1 in mask:
+            out.append((branch, mask))
+    return out
+
+
+def branch_tokens(branch, mask: list[int]) -> TokenBranch:
+    """A branch's own token ids and sampling logprobs, cut before its first token to train."""
+    ids, logprobs = list(branch.token_ids), list(branch.logprobs)
     if not (len(ids) == len(mask) == len(logprobs)):
         raise DroppedEpisode("failed", f"branch with {len(ids)} tokens, {len(mask)} mask and {len(logprobs)} logprobs")
-    if 1 not in mask:
-        raise DroppedEpisode("failed", "the episode's trainable branch has no sampled token")
     cut = mask.index(1)
-    completion_mask = mask[cut:]
+    return TokenBranch(prompt_ids=ids[:cut], completion_ids=ids[cut:], completion_logprobs=logprobs[cut:],
+                       completion_mask=mask[cut:])
+
+
+def turn_spans(completion_mask: list[int]) -> list[tuple[int, int]]:
+    """[start, end) of each run of sampled tokens (a model turn)."""
     spans, start = [], None
     for i, m in enumerate(completion_mask + [0]):
         if m and start is None:
@@ -94,31 +126,43 @@ def branch_rollout(branch, example_id: int, answer: Any, policy: str) -> Rollout
         elif not m and start is not None:
             spans.append((start, i))
             start = None
-    msgs = [m.model_dump(exclude_none=True) if hasattr(m, "model_dump") else dict(m) for m in branch.messages]
+    return spans
+
+
+def trace_rollout(trace, example_id: int, answer: Any, policy: str) -> Rollout | None:
+    """One trace as a Rollout with its reward and metrics: its first branch with a token to train is the
+    rollout's sequence, any later ones its `more_branches`. None when no branch has a token to train."""
+    found = trained_once_masks(trace)
+    if not found:
+        return None
+    first, *more = [branch_tokens(b, mask) for b, mask in found]
+    msgs = [m.model_dump(exclude_none=True) if hasattr(m, "model_dump") else dict(m) for m in found[0][0].messages]
     first_reply = next((i for i, m in enumerate(msgs) if m.get("role") == "assistant"), len(msgs))
-    return Rollout(example_id=example_id, prompt=msgs[:first_reply], completion=msgs[first_reply:], answer=answer,
-                   prompt_ids=ids[:cut], completion_ids=ids[cut:], completion_logprobs=logprobs[cut:],
-                   completion_mask=completion_mask, policy=policy, turn_spans=spans, sequence_mode="tokens")
-
-
-def episode_rollout(episode, example_id: int, answer: Any, policy: str) -> Rollout:
-    """The Rollout of an episode with one trainable branch; DroppedEpisode for any other episode."""
-    if not episode.ok:
-        errors = [e for t in episode.traces for e in t.errors] + list(episode.errors)
-        why = f"{errors[0].type}: {errors[0].message}" if errors else "it did not complete"
-        raise DroppedEpisode("failed", one_line(f"verifiers episode failed, {why}", 300))
-    trainable = [(t, b) for t in episode.traces if getattr(t.agent, "trainable", True)
-                 for b in t.branches if b.trainable]
-    if len(trainable) != 1:
-        raise DroppedEpisode("unsupported", f"episode with {len(trainable)} trainable branches (vfrl trains "
-                                            f"episodes with exactly one)")
-    trace, branch = trainable[0]
-    rollout = branch_rollout(branch, example_id, answer, policy)
+    rollout = Rollout(example_id=example_id, prompt=msgs[:first_reply], completion=msgs[first_reply:], answer=answer,
+                      prompt_ids=first.prompt_ids, completion_ids=first.completion_ids,
+                      completion_logprobs=first.completion_logprobs, completion_mask=first.completion_mask,
+                      policy=policy, turn_spans=turn_spans(first.completion_mask), sequence_mode="tokens",
+                      more_branches=more)
     rollout.reward = float(trace.reward)
     rollout.metrics = {name: float(r.score) for name, r in trace.rewards.items()}
     rollout.metrics |= {name: float(v) for name, v in trace.metrics.items() if v is not None}
     rollout.truncated = bool(trace.is_truncated)
     return rollout
+
+
+def episode_rollouts(episode, example_id: int, answer: Any, policy: str) -> list[Rollout]:
+    """A Rollout per trace of a trainable agent (judges' traces are left out); DroppedEpisode for a
+    failed episode or one with no sampled token to train."""
+    if not episode.ok:
+        errors = [e for t in episode.traces for e in t.errors] + list(episode.errors)
+        why = f"{errors[0].type}: {errors[0].message}" if errors else "it did not complete"
+        raise DroppedEpisode("failed", one_line(f"verifiers episode failed, {why}", 300))
+    rollouts = [trace_rollout(t, example_id, answer, policy) for t in episode.traces
+                if getattr(t.agent, "trainable", True)]
+    rollouts = [r for r in rollouts if r is not None]
+    if not rollouts:
+        raise DroppedEpisode("failed", "the episode has no sampled token to train")
+    return rollouts
 
 
 def renderer_config(env_id: str, spec: str | dict[str, Any]):
@@ -237,11 +281,12 @@ class V1Environment(Environment):
             base_url=str(client.base_url).rstrip("/"), api_key_var=API_KEY_VAR, renderer=self.renderer,
             renderer_model_name=self.renderer_model_name), sampling=vf.SamplingConfig(**known))
 
-    async def episode(self, client, model: str, row: dict[str, Any], sampling: dict[str, Any]) -> Rollout:
+    async def episode(self, client, model: str, row: dict[str, Any], sampling: dict[str, Any]) -> list[Rollout]:
+        """The rollouts of one episode: one per trace of a trainable agent."""
         task = self.tasks[row["example_id"]]
         (slot,) = self.v1_env.slots(task)
         episode = await self.v1_env.run_slot(slot, self.context(client, model, sampling))
-        return episode_rollout(episode, row["example_id"], row.get("answer", ""), model)
+        return episode_rollouts(episode, row["example_id"], row.get("answer", ""), model)
 
     async def rollout_with_state(self, client, model, row, example_id, sampling, record_tokens=True):
         if not record_tokens:
@@ -249,22 +294,27 @@ class V1Environment(Environment):
                                      f"ids from vLLM's /inference/v1/generate, so it needs vLLM (no text mode)")
         await self._open(client)
         try:
-            return await self.episode(client, model, row, sampling), {}
+            rollouts = await self.episode(client, model, row, sampling)
         except DroppedEpisode as e:
             raise V1EnvironmentError(f"environment '{self.env_id}', example {example_id}: {e}") from None
+        if len(rollouts) > 1:  # one rollout is asked for; the trainer and vf-eval take whole groups (run_group)
+            raise V1EnvironmentError(f"environment '{self.env_id}', example {example_id}: the episode has "
+                                     f"{len(rollouts)} traces to train; sample it by groups (run_group)")
+        return rollouts[0], {}
 
     async def run_group(self, client, model: str, example_id: int, n: int, sampling: dict[str, Any],
                         semaphore: asyncio.Semaphore, eval: bool = False, record_tokens: bool = True,
                         faults: RolloutFaults | None = None) -> list[Rollout]:
-        """Up to `n` rollouts of one example (already scored: verifiers scores inside the episode).
-        With `faults`, an episode that failed or has no single trainable branch is dropped and counted."""
+        """The rollouts of up to `n` episodes of one example (already scored: verifiers scores inside the
+        episode), one per trace of a trainable agent, so a group may hold more than `n` and the group's
+        baseline is the mean over its traces. With `faults`, a failed episode is dropped and counted."""
         if not record_tokens:
             await self.rollout_with_state(client, model, {}, example_id, sampling, record_tokens=False)
         await self._open(client)
         data = self.rows(eval)
         row = data[example_id % len(data)]
 
-        async def one(j: int) -> Rollout | None:
+        async def one(j: int) -> list[Rollout]:
             s = {**sampling, "seed": sampling["seed"] + j} if sampling.get("seed") is not None else sampling
             async with semaphore:
                 start_clock(faults.timeout if faults else None)
@@ -279,9 +329,9 @@ class V1Environment(Environment):
                     if faults is None:
                         raise V1EnvironmentError(f"environment '{self.env_id}', example {example_id}: {e}") from None
                     faults.drop(e.kind, str(e))
-            return None
+            return []
 
-        return [r for r in await asyncio.gather(*(one(j) for j in range(n))) if r is not None]
+        return [r for episode in await asyncio.gather(*(one(j) for j in range(n))) for r in episode]
 
 
 async def base_model(client) -> str:

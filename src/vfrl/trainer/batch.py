@@ -63,13 +63,19 @@ class TrainBatch:
 
 
 def is_truncated(rollout: Rollout, max_seq_len: int) -> bool:
-    return rollout.truncated or len(rollout.prompt_ids) + len(rollout.completion_ids) > max_seq_len
+    """vLLM stopped it at max_tokens, or one of its sequences is longer than max_seq_len."""
+    return rollout.truncated or any(len(s.prompt_ids) + len(s.completion_ids) > max_seq_len
+                                    for s in rollout.sequences())
 
 
 def collate(rollouts: list[Rollout], advantages: torch.Tensor, max_seq_len: int, pad_id: int,
             mask_env_responses: bool = True, mask_truncated_completions: bool = False, rows: int = 0) -> TrainBatch:
-    """`rows`: pad with rows that get no loss up to this many (the places of dropped rollouts)."""
-    seqs = [(r.prompt_ids + r.completion_ids)[:max_seq_len] for r in rollouts]
+    """One row per token sequence: a rollout's own, then its other branches (a forked verifiers trace), each
+    with the rollout's advantage and truncation. `rows`: pad with rows that get no loss up to this many (the
+    places of dropped rollouts)."""
+    owners = [i for i, r in enumerate(rollouts) for _ in r.sequences()]  # the rollout of each row
+    parts = [s for r in rollouts for s in r.sequences()]
+    seqs = [(s.prompt_ids + s.completion_ids)[:max_seq_len] for s in parts]
     T = max(len(s) for s in seqs)
     B = max(len(seqs), rows)
     input_ids = torch.full((B, T), pad_id, dtype=torch.long)
@@ -81,18 +87,18 @@ def collate(rollouts: list[Rollout], advantages: torch.Tensor, max_seq_len: int,
     sampled_mask = torch.zeros((B, T - 1), dtype=torch.bool)
     sampling_logprobs = torch.zeros((B, T - 1), dtype=torch.float32)
     truncated = torch.zeros(B, dtype=torch.bool)
-    truncated[: len(seqs)] = torch.tensor([is_truncated(r, max_seq_len) for r in rollouts], dtype=torch.bool)
-    advantages = torch.cat([advantages.float(), torch.zeros(B - len(seqs))])
-    for i, (r, seq) in enumerate(zip(rollouts, seqs)):
+    truncated[: len(seqs)] = torch.tensor([is_truncated(rollouts[i], max_seq_len) for i in owners], dtype=torch.bool)
+    advantages = torch.cat([advantages.float()[owners], torch.zeros(B - len(seqs))])
+    for i, (part, seq) in enumerate(zip(parts, seqs)):
         input_ids[i, : len(seq)] = torch.tensor(seq)
         attention_mask[i, : len(seq)] = 1
-        P = len(r.prompt_ids)
+        P = len(part.prompt_ids)
         n = max(len(seq) - P, 0)  # completion tokens that survived truncation
         # completion token j sits at index P + j and is predicted from position P + j - 1
         span = slice(P - 1, P - 1 + n)
-        sampled = torch.tensor(r.completion_mask[:n], dtype=torch.bool)
+        sampled = torch.tensor(part.completion_mask[:n], dtype=torch.bool)
         sampled_mask[i, span] = sampled
-        sampling_logprobs[i, span] = torch.tensor(r.completion_logprobs[:n]) * sampled
+        sampling_logprobs[i, span] = torch.tensor(part.completion_logprobs[:n]) * sampled
         if not (mask_truncated_completions and truncated[i]):
             loss_mask[i, span] = (sampled | (not mask_env_responses)).float()
     return TrainBatch(input_ids, attention_mask, loss_mask, sampled_mask, sampling_logprobs, advantages, truncated)
@@ -110,7 +116,8 @@ def make_train_batch(rollouts: list[Rollout], args, pad_id: int,
 
     `group_sizes`: rollouts per group where faults dropped some (default: every group full). The
     TrainBatch keeps `batch_size` rows all the same, the dropped ones as padding without loss, so the
-    micro-batches, their share among trainer processes and dr_grpo's constant are a full batch's."""
+    micro-batches, their share among trainer processes and dr_grpo's constant are a full batch's. It has
+    more rows when rollouts have several branches (Rollout.more_branches) or an episode several traces."""
     rewards = train_rewards(rollouts, args.max_seq_len, args.zero_truncated_completions)
     advantages = group_advantages(rewards, group_sizes or args.rollouts_per_example, args.scale_rewards)
     batch = collate(rollouts, advantages, args.max_seq_len, pad_id, args.mask_env_responses,

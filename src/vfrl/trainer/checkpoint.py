@@ -125,7 +125,7 @@ def batch_to_json(batch: Batch) -> dict[str, Any]:
 def batch_from_json(data: dict[str, Any]) -> Batch:
     # group_sizes and warning: absent from checkpoints written before rollouts could be dropped
     return Batch(step=data["step"], policy_version=data["policy_version"], example_ids=data["example_ids"],
-                 rollouts=[Rollout(**r) for r in data["rollouts"]], gen_start=data["gen_start"],
+                 rollouts=[Rollout.from_dict(r) for r in data["rollouts"]], gen_start=data["gen_start"],
                  gen_end=data["gen_end"], metrics=data.get("metrics", {}), group_sizes=data.get("group_sizes"),
                  warning=data.get("warning"))
 

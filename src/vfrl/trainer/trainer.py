@@ -508,7 +508,9 @@ class RLTrainer:
 def rollout_row(r) -> dict:
     return {"example_id": r.example_id, "prompt": r.prompt, "completion": r.completion, "answer": r.answer,
             "reward": r.reward, "metrics": r.metrics, "policy": r.policy,
-            "reward_errors": r.reward_errors, "error": r.error}  # why it scored 0 / ended early
+            "reward_errors": r.reward_errors, "error": r.error,  # why it scored 0 / ended early
+            # training rows (a forked verifiers trace has several) and the policy's tokens among them
+            "branches": len(r.sequences()), "sampled_tokens": sum(sum(s.completion_mask) for s in r.sequences())}
 
 
 def batch_metrics(batch: Batch, tb: TrainBatch, rewards: torch.Tensor, loss_tokens: int) -> dict[str, float]:
@@ -517,7 +519,8 @@ def batch_metrics(batch: Batch, tb: TrainBatch, rewards: torch.Tensor, loss_toke
     return {
         **reward_stats(torch.tensor([r.reward for r in batch.rollouts]), rewards, batch.sizes()),
         "completion_len": sum(len(r.completion_ids) for r in batch.rollouts) / n,
-        "truncated_fraction": float(tb.truncated[:n].float().mean()),  # not the padding
+        # of the sequences trained (a rollout's branches are rows of their own), not the padding
+        "truncated_fraction": float(tb.truncated[:sum(len(r.sequences()) for r in batch.rollouts)].float().mean()),
         "loss_tokens": loss_tokens,
         **batch.metrics,  # the step's faulty rollouts, see step_faults.py
         **{f"reward/{name}": sum(r.metrics.get(name, 0.0) for r in batch.rollouts) / n
