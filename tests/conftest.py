@@ -28,10 +28,12 @@ def tmux_socket(kind: str, tmp_path: Path) -> str:
     return f"vfrl-{kind}-{os.getpid()}-{tmp_path.name}"
 
 
-def train_package_two_steps(tmp_path: Path, model: Path, env: dict, pythonpath: Path, examples_per_step: int = 2):
+def train_package_two_steps(tmp_path: Path, model: Path, env: dict, pythonpath: Path, examples_per_step: int = 2,
+                            traces_per_episode: int = 1, **trainer_args):
     """`vf-rl @ config` (real tmux, real vf-vllm) on the environment package `env` ([env] table) found on
-    `pythonpath`: 2 steps of 4 rollouts (2 examples x 2: a verifiers 0.4 rollout runs a harness subprocess of
-    its own, seconds each on 2 cores; 1 example x 2 where an episode has 2 traces, a rollout each). Returns (the finished vf-rl, its run dir, the steps'
+    `pythonpath`: 2 steps of `examples_per_step` x 2 episodes (a verifiers 0.4 rollout runs a harness
+    subprocess of its own, seconds each on 2 cores), each `traces_per_episode` rollouts; `trainer_args`
+    override the config's. Returns (the finished vf-rl, its run dir, the steps'
     metrics lines), after checking what every such run must show: exit 0, no traceback in trainer.log, the
     base and each step's adapter loaded into vLLM, no rollout dropped, each step sampled from the adapter of
     the step before."""
@@ -41,7 +43,7 @@ def train_package_two_steps(tmp_path: Path, model: Path, env: dict, pythonpath: 
 
     cfg = write_config(tmp_path / "cfg.toml", model, port=0, output_dir=tmp_path / "outputs", max_steps=2,
                        batch_size=2 * examples_per_step, micro_batch_size=2 * examples_per_step,
-                       rollouts_per_example=2, eval_strategy="no")
+                       rollouts_per_example=2, eval_strategy="no", **trainer_args)
     config = tomllib.loads(cfg.read_text())
     config["env"] = env
     cfg.write_text(tomli_w.dumps(config))
@@ -62,7 +64,7 @@ def train_package_two_steps(tmp_path: Path, model: Path, env: dict, pythonpath: 
     assert [s["step"] for s in steps] == [1, 2] and all(s["rollouts_dropped"] == 0 for s in steps)
     for s in steps:
         rollouts = [json.loads(line) for line in (run_dir / "rollouts" / f"step_{s['step']}.jsonl").read_text().splitlines()]
-        assert len(rollouts) == 4 and {r["policy"] for r in rollouts} == {f"policy-{s['policy_version']}"}
+        assert len(rollouts) == 2 * examples_per_step * traces_per_episode and {r["policy"] for r in rollouts} == {f"policy-{s['policy_version']}"}
     return done, run_dir, steps
 
 

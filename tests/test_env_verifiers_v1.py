@@ -567,9 +567,10 @@ def test_vf_rl_trains_a_v1_package_two_steps(tiny_model, tmp_path, package, metr
     from conftest import train_package_two_steps
 
     env = {"id": package, "renderer": "default"} if package == "v1-two-tries" else {"id": package}  # a named renderer
-    # v1-two-tries: one example a step, 2 episodes of 2 traces (a rollout each): the same 4 rollouts a step
-    examples = 1 if package == "v1-two-tries" else 2
-    _, run_dir, steps = train_package_two_steps(tmp_path, tiny_model, env, PKGS, examples_per_step=examples)
+    # one example a step, 2 episodes (v1-two-tries: each 2 traces, a rollout each)
+    traces = 2 if package == "v1-two-tries" else 1
+    _, run_dir, steps = train_package_two_steps(tmp_path, tiny_model, env, PKGS, examples_per_step=1,
+                                                traces_per_episode=traces)
     command = (run_dir / "logs" / "inference.log").read_text().splitlines()[0]  # the vLLM command vf-vllm ran
     assert command.startswith("vf-vllm: ") and "--enable-scale-out" in command
     for step in (1, 2):
@@ -577,3 +578,35 @@ def test_vf_rl_trains_a_v1_package_two_steps(tiny_model, tmp_path, package, metr
         assert all(set(r["metrics"]) == metrics for r in rollouts)
         # every sampled token of every trace trained, the environment's turns did not
         assert steps[step - 1]["loss_tokens"] == sum(r["sampled_tokens"] for r in rollouts)
+
+
+@needs_v1
+@needs_uv
+@pytest.mark.e2e
+def test_vf_rl_trains_a_v1_tool_package_two_steps(tmp_path):
+    """v1_calc, a tool-using taskset, with a tiny model that calls tools (tests/tool_model.py: the embedded
+    recipe with <tool_call> tokens, made here in seconds) and renderers' qwen3 tool parser: the model's call is
+    run by verifiers' MCP tool server and the result comes back as a tool message that gets no loss, the
+    adapter of each step is loaded, and the trainer's logprobs of the sampled tokens are vLLM's (mismatch_kl,
+    step 2 sampled from the adapter synced after step 1)."""
+    from conftest import train_package_two_steps
+    from tool_model import make_tool_model
+
+    model = make_tool_model(tmp_path / "tiny-tools")
+    env = {"id": "v1-calc", "renderer": {"name": "default", "tool_parser": "qwen3"}}
+    _, run_dir, steps = train_package_two_steps(tmp_path, model, env, PKGS, examples_per_step=1, max_tokens=64,
+                                                max_seq_len=192)
+    called = 0
+    for step in (1, 2):
+        rollouts = [json.loads(line) for line in (run_dir / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()]
+        assert steps[step - 1]["loss_tokens"] == sum(r["sampled_tokens"] for r in rollouts)
+        for r in rollouts:
+            if r["metrics"]["tool_calls"] == 0:
+                continue  # a sampled call the parser could not read is a plain reply, scored 0
+            called += 1
+            call, result, reply = r["completion"]
+            assert call["tool_calls"][0]["name"] == "add" and json.loads(call["tool_calls"][0]["arguments"]) == {"a": 2, "b": 3}
+            assert result == {"role": "tool", "tool_call_id": call["tool_calls"][0]["id"], "content": "5", "name": "add"}
+            assert r["reward"] == float(reply.get("content", "").strip() == "5")
+    assert called >= 2  # the model calls the tool in most rollouts (4)
+    assert all(s["mismatch_kl"] < 1e-5 for s in steps), [s["mismatch_kl"] for s in steps]

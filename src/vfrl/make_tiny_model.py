@@ -18,8 +18,8 @@ from vfrl import load_environment
 from vfrl.tiny_model import build_tiny_model, save
 
 
-def sft(model, tok, rows, steps: int, batch_size: int, lr: float, seed: int) -> list[float]:
-    g = torch.Generator().manual_seed(seed)
+def reverse_text_pairs(tok, rows) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, reply ids) of each reverse-text row: the chat prompt, then the answer and <|im_end|>."""
     eos = tok.convert_tokens_to_ids("<|im_end|>")
     seqs = []
     for row in rows:
@@ -29,6 +29,13 @@ def sft(model, tok, rows, steps: int, batch_size: int, lr: float, seed: int) -> 
         )
         answer = tok(row["answer"], add_special_tokens=False)["input_ids"] + [eos]
         seqs.append((prompt, answer))
+    return seqs
+
+
+def sft(model, tok, seqs: list[tuple[list[int], list[int]]], steps: int, batch_size: int, lr: float,
+        seed: int) -> list[float]:
+    """Supervised steps on (prompt ids, reply ids) pairs: loss on the reply only. Returns the losses."""
+    g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     losses = []
     model.train()
@@ -67,7 +74,7 @@ def main() -> None:
     model, tok = build_tiny_model(args.out, seed=args.seed)
     if args.sft_steps:
         rows = load_environment("reverse-text").dataset
-        losses = sft(model, tok, rows, args.sft_steps, args.batch_size, args.lr, args.seed)
+        losses = sft(model, tok, reverse_text_pairs(tok, rows), args.sft_steps, args.batch_size, args.lr, args.seed)
         save(model, tok, args.out)
         print(f"warm start: {args.sft_steps} steps, loss {losses[0]:.3f} -> {sum(losses[-10:]) / 10:.3f}")
     with open(f"{args.out}/vfrl_tiny.json", "w") as f:

@@ -26,34 +26,38 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tokenizer(vocab_size: int | None = None):
-    """Each printable character is one token; ChatML markers are special tokens. `vocab_size` pads the
-    vocabulary with placeholder tokens (`<123>`, never produced by encoding) to that many ids, for a model
-    of a real vocabulary's size: whatever id it samples still decodes."""
+def build_tokenizer(vocab_size: int | None = None, extra_special: tuple[str, ...] = (),
+                    chat_template: str = CHAT_TEMPLATE):
+    """Each printable character is one token; ChatML markers (and `extra_special`, after the characters)
+    are special tokens. `vocab_size` pads the vocabulary with placeholder tokens (`<123>`, never produced
+    by encoding) to that many ids, for a model of a real vocabulary's size: whatever id it samples still
+    decodes."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARS)}
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARS + list(extra_special))}
     vocab.update({f"<{i}>": i for i in range(len(vocab), vocab_size or 0)})
     # BPE with no merges splits every pre-tokenized word into single characters.
     core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None, fuse_unk=False))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
-    core.add_special_tokens(SPECIAL_TOKENS)
+    core.add_special_tokens(SPECIAL_TOKENS + list(extra_special))
     tok = PreTrainedTokenizerFast(
         tokenizer_object=core, bos_token=None, eos_token=EOS, pad_token=PAD, unk_token=None,
         model_max_length=1024, clean_up_tokenization_spaces=False,
     )
-    tok.chat_template = CHAT_TEMPLATE
+    tok.chat_template = chat_template
     return tok
 
 
-def build_tiny_model(out_dir: str | Path, *, seed: int = 0, hidden_size: int = 128, num_layers: int = 2):
-    """Create and save a randomly initialised tiny Qwen2 chat model; returns (model, tokenizer)."""
+def build_tiny_model(out_dir: str | Path, *, seed: int = 0, hidden_size: int = 128, num_layers: int = 2,
+                     tokenizer=None):
+    """Create and save a randomly initialised tiny Qwen2 chat model (with `tokenizer`, default
+    build_tokenizer()); returns (model, tokenizer)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    tok = build_tokenizer()
+    tok = tokenizer or build_tokenizer()
     config = Qwen2Config(
         vocab_size=len(tok),
         hidden_size=hidden_size,
