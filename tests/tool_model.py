@@ -32,7 +32,9 @@ def call_text(a: int, b: int) -> str:
     return "<tool_call>" + json.dumps({"name": "add", "arguments": {"a": a, "b": b}}) + "</tool_call>"
 
 
-def make_tool_model(out: Path, steps: int = 200, seed: int = 0, lr: float = 3e-3) -> Path:
+def make_tool_model(out: Path, steps: int = 300, seed: int = 0, lr: float = 3e-3) -> Path:
+    """The model, saved at `out`: 300 steps give the whole call a probability of about 0.92 (sampled at
+    temperature 1, a rollout now and then says something else, scored 0)."""
     from vfrl.make_tiny_model import sft
     from vfrl.tiny_model import build_tiny_model, build_tokenizer, save
 
