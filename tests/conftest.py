@@ -29,11 +29,12 @@ def tmux_socket(kind: str, tmp_path: Path) -> str:
 
 
 def train_package_two_steps(tmp_path: Path, model: Path, env: dict, pythonpath: Path, examples_per_step: int = 2,
-                            traces_per_episode: int = 1, **trainer_args):
+                            traces_per_episode: int = 1, server: "SharedServer | None" = None, **trainer_args):
     """`vf-rl @ config` (real tmux, real vf-vllm) on the environment package `env` ([env] table) found on
     `pythonpath`: 2 steps of `examples_per_step` x 2 episodes (a verifiers 0.4 rollout runs a harness
     subprocess of its own, seconds each on 2 cores), each `traces_per_episode` rollouts; `trainer_args`
-    override the config's. Returns (the finished vf-rl, its run dir, the steps'
+    override the config's. With `server` (the session's shared vf-vllm), vf-rl trains against it
+    (inference.base_url) instead of starting a vLLM of its own. Returns (the finished vf-rl, its run dir, the steps'
     metrics lines), after checking what every such run must show: exit 0, no traceback in trainer.log, the
     base and each step's adapter loaded into vLLM, no rollout dropped, each step sampled from the adapter of
     the step before."""
@@ -46,18 +47,24 @@ def train_package_two_steps(tmp_path: Path, model: Path, env: dict, pythonpath: 
                        rollouts_per_example=2, eval_strategy="no", **trainer_args)
     config = tomllib.loads(cfg.read_text())
     config["env"] = env
+    if server is not None:
+        config["inference"] = {"base_url": server.base_url, "api_key_var": "SHARED_VLLM_KEY"}
+        log_start = server.log.stat().st_size
     cfg.write_text(tomli_w.dumps(config))
     socket_name = tmux_socket("pkg", tmp_path)
     try:
         done = subprocess.run([str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", socket_name],
                               capture_output=True, text=True, cwd=tmp_path, timeout=600,
-                              env={**os.environ, "PYTHONPATH": str(pythonpath)})
+                              env={**os.environ, "PYTHONPATH": str(pythonpath), "SHARED_VLLM_KEY": SharedServer.api_key})
     finally:
         subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True)
     run_dir = tmp_path / "outputs" / "test"
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "Traceback" not in (run_dir / "logs" / "trainer.log").read_text()
-    server_log = (run_dir / "logs" / "inference.log").read_text()
+    if server is None:
+        server_log = (run_dir / "logs" / "inference.log").read_text()
+    else:
+        server_log = server.log.read_text()[log_start:]
     for version in (0, 1, 2):  # the base as policy-0, then one adapter per step
         assert f"Loaded new LoRA adapter: name 'policy-{version}'" in server_log
     steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -76,7 +83,8 @@ def max_logprob_gap(model, rollouts) -> float:
     from vfrl.trainer.logprobs import sequence_logprobs
 
     worst = 0.0
-    for r in (s for rollout in rollouts for s in rollout.sequences()):  # a forked trace's other branches too
+    # a forked trace's other branches too (a rollout may be any object with the four token fields)
+    for r in (s for rollout in rollouts for s in [rollout, *getattr(rollout, "more_branches", [])]):
         ids = torch.tensor([r.prompt_ids + r.completion_ids])
         with torch.no_grad():
             lp = sequence_logprobs(model, ids, torch.ones_like(ids))[0, len(r.prompt_ids) - 1 :]

@@ -356,13 +356,13 @@ def test_orchestrator_samples_a_v1_package_through_the_generate_route(tiny_model
     assert env.dataset[1]["prompt"] == [{"role": "system", "content": "Reverse the text."},
                                        {"role": "user", "content": "hello"}]
 
-    batch, requests = fake_generated_batch(env, tiny_model, "policy-2", 2, api_key="the-key")
-    assert len(batch.rollouts) == 4 and batch.sizes() == [2, 2] and batch.metrics["rollouts_dropped"] == 0
-    assert len(requests) == 4
+    batch, requests = fake_generated_batch(env, tiny_model, "policy-2", 2, api_key="the-key", examples=1)
+    assert len(batch.rollouts) == 2 and batch.sizes() == [2] and batch.metrics["rollouts_dropped"] == 0
+    assert len(requests) == 2
     assert {r["auth"] for r in requests} == {"Bearer the-key"}
     assert {r["body"]["model"] for r in requests} == {"policy-2"}  # the adapter, chosen by model name
     seeds = sorted(r["body"]["sampling_params"]["seed"] for r in requests)
-    assert seeds[0] + 1 == seeds[1] and seeds[2] + 1 == seeds[3]  # the group's seed, + j per sample
+    assert seeds[0] + 1 == seeds[1]  # the group's seed, + j per sample
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tiny_model))
@@ -498,7 +498,7 @@ def test_v1_package_samples_through_the_real_vllm_server(shared_vllm_server, tin
     base_url, key = shared_vllm_server.base_url, shared_vllm_server.api_key
     env = load_environment("v1-reverse")
 
-    batch = served_batch(env, base_url, key, str(tiny_model), 0, max_tokens=12)
+    batch = served_batch(env, base_url, key, str(tiny_model), 0, max_tokens=12, examples=1)
     # vf-eval runs the same package against the same server
     evaluated = subprocess.run([str(BIN / "vf-eval"), "v1-reverse", "-b", base_url, "-k", "V1_TEST_KEY", "-n", "2",
                                 "-r", "1", "-t", "12", "-o", str(tmp_path / "eval")], capture_output=True, text=True,
@@ -514,7 +514,7 @@ def test_v1_package_samples_through_the_real_vllm_server(shared_vllm_server, tin
                                                    "add_generation_prompt": True})
                 assert got.status_code == 200, got.text
                 rendered[r.example_id] = got.json()["tokens"]
-    assert len(batch.rollouts) == 4 and batch.metrics["rollouts_dropped"] == 0
+    assert len(batch.rollouts) == 2 and batch.metrics["rollouts_dropped"] == 0
     for r in batch.rollouts:
         assert r.prompt_ids == rendered[r.example_id]  # verifiers' rendering is the server's
         assert 0 < len(r.completion_ids) <= 12 and r.completion_mask == [1] * len(r.completion_ids)
@@ -560,19 +560,18 @@ def test_a_multi_turn_v1_package_sampled_after_a_sync_matches_the_trainer(shared
 @pytest.mark.e2e
 @pytest.mark.parametrize("package, metrics", [("v1-reverse", {"exact", "reply_len"}),
                                               ("v1-two-tries", {"reversed_each", "turns"})])
-def test_vf_rl_trains_a_v1_package_two_steps(tiny_model, tmp_path, package, metrics):
-    """`vf-rl @ config` with `env.id` a verifiers 0.4 package, single-turn and multi-turn: scale-out on by
-    itself, two steps trained from its rollouts, each sampled from the adapter the step before loaded, exit
-    code 0, no traceback (the environment's serving closes in its loop)."""
+def test_vf_rl_trains_a_v1_package_two_steps(shared_vllm_server, tiny_model, tmp_path, package, metrics):
+    """`vf-rl @ config` with `env.id` a verifiers 0.4 package, single-turn and multi-turn, against the session's
+    vf-vllm (inference.base_url; that vf-rl starts vLLM with scale-out by itself is the tool test's): two steps
+    trained from its rollouts, each sampled from the adapter the step before loaded, exit code 0, no traceback
+    (the environment's serving closes in its loop)."""
     from conftest import train_package_two_steps
 
     env = {"id": package, "renderer": "default"} if package == "v1-two-tries" else {"id": package}  # a named renderer
     # one example a step, 2 episodes (v1-two-tries: each 2 traces, a rollout each)
     traces = 2 if package == "v1-two-tries" else 1
     _, run_dir, steps = train_package_two_steps(tmp_path, tiny_model, env, PKGS, examples_per_step=1,
-                                                traces_per_episode=traces)
-    command = (run_dir / "logs" / "inference.log").read_text().splitlines()[0]  # the vLLM command vf-vllm ran
-    assert command.startswith("vf-vllm: ") and "--enable-scale-out" in command
+                                                traces_per_episode=traces, server=shared_vllm_server)
     for step in (1, 2):
         rollouts = [json.loads(line) for line in (run_dir / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()]
         assert all(set(r["metrics"]) == metrics for r in rollouts)
@@ -585,7 +584,8 @@ def test_vf_rl_trains_a_v1_package_two_steps(tiny_model, tmp_path, package, metr
 @pytest.mark.e2e
 def test_vf_rl_trains_a_v1_tool_package_two_steps(tmp_path):
     """v1_calc, a tool-using taskset, with a tiny model that calls tools (tests/tool_model.py: the embedded
-    recipe with <tool_call> tokens, made here in seconds) and renderers' qwen3 tool parser: the model's call is
+    recipe with <tool_call> tokens, made here in seconds) and renderers' qwen3 tool parser: vf-rl starts vLLM
+    with scale-out on by itself (a verifiers package), the model's call is
     run by verifiers' MCP tool server and the result comes back as a tool message that gets no loss, the
     adapter of each step is loaded, and the trainer's logprobs of the sampled tokens are vLLM's (mismatch_kl,
     step 2 sampled from the adapter synced after step 1)."""
@@ -596,6 +596,8 @@ def test_vf_rl_trains_a_v1_tool_package_two_steps(tmp_path):
     env = {"id": "v1-calc", "renderer": {"name": "default", "tool_parser": "qwen3"}}
     _, run_dir, steps = train_package_two_steps(tmp_path, model, env, PKGS, examples_per_step=1, max_tokens=64,
                                                 max_seq_len=192)
+    command = (run_dir / "logs" / "inference.log").read_text().splitlines()[0]  # the vLLM command vf-vllm ran
+    assert command.startswith("vf-vllm: ") and "--enable-scale-out" in command  # turned on by itself
     called = 0
     for step in (1, 2):
         rollouts = [json.loads(line) for line in (run_dir / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()]
