@@ -29,10 +29,11 @@ def socket_name(tmp_path):
 
 
 def fake_run(tmp_path: Path, socket_name: str, session: str, stubborn: bool = False,
-             finishing: bool = False, environ: dict | None = None) -> tuple[Path, set[int]]:
+             finishing: bool = False, environ: dict | None = None, deaf_for: float = 0) -> tuple[Path, set[int]]:
     """A vf-rl session whose panes run `sleep` instead of vLLM and the trainer (same scripts, same epilogue).
     stubborn: the trainer ignores Ctrl-C. finishing: the trainer ends by itself after 2 s and the server
-    takes 4 s to stop on SIGTERM, so the trainer pane's epilogue runs for a while."""
+    takes 4 s to stop on SIGTERM, so the trainer pane's epilogue runs for a while. deaf_for: the trainer
+    loses a Ctrl-C for that many seconds before it writes its pid (a pane script's first lines)."""
     cfg = load_user_config(write_config(tmp_path / "cfg.toml", Path("m"), 0, tmp_path / "outputs"))
     run_dir = tmp_path / "outputs" / session
     plan = make_plan(cfg, run_dir, session, Machine(0, 2), tmp_path)
@@ -40,9 +41,11 @@ def fake_run(tmp_path: Path, socket_name: str, session: str, stubborn: bool = Fa
     if finishing:
         plan.inference.command = ["bash", "-c", f"echo $$ > {run_dir}/inference.pid; echo serving; "
                                                 "trap 'sleep 4; exit 0' TERM; while :; do sleep 0.1; done"]
-    plan.trainer.command = (["bash", "-c", "trap '' INT TERM; echo training; sleep 600 & wait; sleep 600"] if stubborn
-                            else ["bash", "-c", "echo training; sleep 2"] if finishing
-                            else ["bash", "-c", "echo training; exec sleep 600"])
+    listening = (f"trap '' INT; sleep {deaf_for}; trap - INT; " if deaf_for else "") + \
+        f"echo $$ > {run_dir}/trainer.pid; "  # as vf-train does once Ctrl-C stops it (`vf-rl stop` waits)
+    plan.trainer.command = (["bash", "-c", listening + "trap '' INT TERM; echo training; sleep 600 & wait; sleep 600"]
+                            if stubborn else ["bash", "-c", listening + "echo training; sleep 2"] if finishing
+                            else ["bash", "-c", listening + "echo training; exec sleep 600"])
     (run_dir / "logs").mkdir(parents=True)
     (run_dir / ".api_key").write_text("k")
     write_environment(run_dir, os.environ if environ is None else environ)  # as vf-rl does
@@ -103,6 +106,17 @@ def test_stop_takes_the_ctrl_c_path_and_leaves_no_process(tmp_path, socket_name)
     assert not (run_dir / ".api_key").exists()
     assert not tmux.session_exists(tmux.server(socket_name), "test")
     assert vf_rl("stop", "--tmux-socket", socket_name).stderr.startswith("vf-rl: error: no vf-rl session is running")
+
+
+def test_stop_sends_its_ctrl_c_once_the_trainer_listens(tmp_path, socket_name):
+    """Stopped a moment after launch: a Ctrl-C that came before vf-train handles it would be lost, and the
+    stop would wait its whole --timeout before terminating the trainer."""
+    run_dir, pids = fake_run(tmp_path, socket_name, "test", deaf_for=5)
+    res = vf_rl("stop", "--timeout", "30", "--tmux-socket", socket_name)
+    assert res.returncode == 0, res.stderr
+    assert "stopped 'test' (trainer exit code 130)" in res.stdout, res.stdout
+    assert "terminating" not in res.stdout, res.stdout
+    assert procs.alive(pids) == set()
 
 
 def test_stop_ends_a_trainer_that_ignores_ctrl_c(tmp_path, socket_name):

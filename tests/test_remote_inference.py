@@ -283,7 +283,8 @@ def test_a_remote_run_never_signals_the_server_even_one_its_run_dir_names(tmp_pa
         c = load_user_config(_write(tmp_path / "cfg.toml", HEAD + f'[inference]\nbase_url = "{URL}"\n'))
         run_dir = (tmp_path / "outputs" / "remote").resolve()
         plan = make_plan(c, run_dir, "remote", Machine(0, 2), tmp_path)
-        plan.trainer.command = ["bash", "-c", "echo training; " + ("exec sleep 600" if ending == "stop" else "sleep 1")]
+        plan.trainer.command = ["bash", "-c", f"echo $$ > {run_dir}/trainer.pid; echo training; "  # as vf-train
+                                + ("exec sleep 600" if ending == "stop" else "sleep 1")]
         run_dir.mkdir(parents=True)
         (run_dir / "inference.pid").write_text(str(server.pid))
         srv = tmux.server(socket_name)

@@ -224,8 +224,8 @@ def test_on_a_shared_gpu_the_trainer_loads_its_model_only_once_vllm_is_up(tmp_pa
         def train(self):
             events.append(("train", None))
 
-    monkeypatch.setattr(trainer_module, "RLTrainer", Recorder)
-    monkeypatch.setattr("vfrl.config.load_config", lambda path: SimpleNamespace(inference=SimpleNamespace(url="http://h:1/v1")))
+    monkeypatch.setattr(cli, "RLTrainer", Recorder)
+    monkeypatch.setattr(cli, "load_config", lambda path: SimpleNamespace(inference=SimpleNamespace(url="http://h:1/v1")))
     monkeypatch.setenv("VFRL_TRAINER_LOADS_AFTER_VLLM", "1")
     cli.run(tmp_path / "config.toml", tmp_path, None)
     assert events == [("wait", "http://h:1/v1"), ("model", "http://h:1/v1"), ("train", None)]

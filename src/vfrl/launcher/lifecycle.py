@@ -32,6 +32,17 @@ def wait_dead(srv: libtmux.Server, session: str, role: str, timeout: float) -> b
     return False
 
 
+def wait_listening(srv: libtmux.Server, session: str, paths: RunDir, timeout: float) -> None:
+    """Until vf-train has written its pid (trainer/cli.py: it handles Ctrl-C from then on, stop_signals.py)
+    or its pane has died. A pane script runs a few commands before vf-train starts."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not paths.trainer_pid.exists():
+        state = tmux.pane_state(srv, session, "trainer")
+        if state is None or state.dead:
+            return
+        time.sleep(0.1)
+
+
 def stop_run(srv: libtmux.Server, session: str, trainer_grace: float = 60, grace: float = 30,
              echo: Callable[[str], None] = print) -> set[procs.Proc]:
     """Stop every pane of a vf-rl session and close it. Returns the processes that needed SIGKILL (ideally none)."""
@@ -56,6 +67,8 @@ def stop_run(srv: libtmux.Server, session: str, trainer_grace: float = 60, grace
         wait_dead(srv, session, "trainer", grace + 15)
     elif trainer and not trainer.dead:
         echo(f"vf-rl: stopping '{session}': Ctrl-C to the trainer (waits up to {trainer_grace:.0f}s for its step)")
+        if run_dir_option:  # a Ctrl-C before vf-train listens would reach only its pane script, and be lost
+            wait_listening(srv, session, paths, trainer_grace)
         tmux.send_ctrl_c(srv, trainer.pane_id)
         if not wait_dead(srv, session, "trainer", trainer_grace):
             echo("vf-rl: the trainer did not stop; terminating it")

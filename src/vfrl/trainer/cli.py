@@ -9,13 +9,19 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from transformers.utils import logging as hf_logging
 
+from vfrl.config import load_config
+from vfrl.cpu_cores import TRAINER_CORES_ENV, pin
+from vfrl.envs.daemon_pool import exit_process
 from vfrl.inference.server import API_KEY_ENV
 from vfrl.run_dir import RunDir
 from vfrl.launcher.memory import TRAINER_LOADS_AFTER_VLLM_ENV
+from vfrl.trainer import stop_signals
 from vfrl.trainer.failure import (
     EXIT_ERROR, EXIT_INFERENCE_LOST, EXIT_INTERRUPTED, TrainingStopped, describe, log_traceback,
 )
+from vfrl.trainer.trainer import RLTrainer  # all imported while vf-train holds Ctrl-C (stop_signals.py)
 
 app = typer.Typer(add_completion=False, help=__doc__, pretty_exceptions_enable=False)
 
@@ -30,14 +36,14 @@ def train(
     if at != "@":
         raise typer.BadParameter("usage: vf-train @ CONFIG")
     run_dir = config_path.resolve().parent
-    from vfrl.cpu_cores import TRAINER_CORES_ENV, pin
-
-    pin(os.environ.get(TRAINER_CORES_ENV))  # no GPU: the cores vLLM does not use (cpu_cores.py)
-    # SIGTERM (Slurm's scancel, a job's time limit) is a stop like Ctrl-C: the step is finished or dropped, the
-    # adapters on disk stay whole, and the exit code says interrupted
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:  # from the first import on: a Ctrl-C during start-up is a stop like any other, not a traceback
+    try:
         try:
+            if os.environ.get("RANK", "0") == "0":  # `vf-rl stop` sends its Ctrl-C once this file is there
+                RunDir(run_dir).trainer_pid.write_text(str(os.getpid()))
+            # SIGTERM (Slurm's scancel, a job's time limit) is a stop like Ctrl-C: the step is finished or
+            # dropped, the adapters on disk stay whole, and the exit code says interrupted
+            stop_signals.release()
+            pin(os.environ.get(TRAINER_CORES_ENV))  # no GPU: the cores vLLM does not use (cpu_cores.py)
             run(config_path, run_dir, base_url)
         finally:  # on the way out: a late or second Ctrl-C must not raise inside an atexit hook (a traceback)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -56,11 +62,6 @@ def train(
 
 
 def run(config_path: Path, run_dir: Path, base_url: str | None) -> None:
-    from transformers.utils import logging as hf_logging
-
-    from vfrl.config import load_config
-    from vfrl.trainer.trainer import RLTrainer
-
     hf_logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bar, every sync and checkpoint
     cfg = load_config(config_path)
     if os.environ.get(TRAINER_LOADS_AFTER_VLLM_ENV) == "1":
@@ -99,8 +100,6 @@ def main() -> None:
         app()
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    from vfrl.envs.daemon_pool import exit_process
-
     several_ranks = any(t.ranks.world_size > 1 for t in KEPT)
     # a thread still in a reward function, a tool or a vLLM call must not abort the exit either
     exit_process(code, hard=several_ranks)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import time
 from pathlib import Path
 
@@ -325,7 +324,6 @@ class RLTrainer:
         """Run to the end. A failure (vLLM lost, an environment error) raises TrainingStopped after keeping
         the steps trained so far; Ctrl-C raises KeyboardInterrupt."""
         if self.ranks.is_main:
-            RunDir(self.run_dir).trainer_pid.write_text(str(os.getpid()))
             self.torch_thread = TorchThread()
             try:
                 with asyncio.Runner() as runner:

@@ -1,0 +1,80 @@
+"""A Ctrl-C or SIGTERM at any moment of vf-train's start-up is a stop: exit code 130, no traceback.
+
+CI once saw `vf-rl stop`, sent a moment after launch, end vf-train with exit code 1: the KeyboardInterrupt
+landed in the middle of an import and left asyncio half-made (trainer/stop_signals.py).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import tomli_w
+
+from vfrl.run_dir import RunDir
+
+BIN = os.path.dirname(sys.executable)
+
+
+def test_signals_that_came_while_held_stop_at_release():
+    script = (
+        "import os, signal, sys\n"
+        "from vfrl.trainer import stop_signals\n"
+        "stop_signals.hold()\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "import json, asyncio  # imports go on undisturbed\n"
+        "print('imported', flush=True)\n"
+        "try:\n"
+        "    stop_signals.release()\n"
+        "except KeyboardInterrupt:\n"
+        "    sys.exit(130)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130, done.stderr
+    assert done.stdout.splitlines() == ["vf-train: stopping once start-up is done (a few seconds)", "imported"]
+
+
+def test_after_release_both_signals_raise_keyboard_interrupt():
+    script = (
+        "import os, signal, sys\n"
+        "from vfrl.trainer import stop_signals\n"
+        "stop_signals.hold(); stop_signals.release()\n"
+        f"try:\n    os.kill(os.getpid(), signal.{{sig}})\n    import time; time.sleep(30)\n"
+        "except KeyboardInterrupt:\n    sys.exit(130)\n")
+    for sig in ("SIGINT", "SIGTERM"):
+        done = subprocess.run([sys.executable, "-c", script.format(sig=sig)], capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 130 and done.stdout == "", (sig, done.stdout, done.stderr)
+
+
+@pytest.mark.parametrize("when", ["importing", "waiting for vLLM"])
+def test_vf_train_stopped_during_start_up_exits_130_without_a_traceback(tmp_path, tiny_model, when):
+    """The real console script, stopped while it imports torch and the trainer, and once it runs (its pid
+    written: what `vf-rl stop` waits for) while it waits for a vLLM server that never comes."""
+    run_dir = tmp_path / "run"
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "config.toml").write_text(tomli_w.dumps({
+        "model": str(tiny_model), "env": {"id": "reverse-text"},
+        "inference": {"port": 9},  # nothing listens there
+        "trainer": {"gpus": 0, "args": {"output_dir": str(tmp_path), "max_tokens": 8, "max_seq_len": 64}}}))
+    train = subprocess.Popen([os.path.join(BIN, "vf-train"), "@", str(run_dir / "config.toml")],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+                             env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    if when == "importing":
+        time.sleep(0.3)  # past the interpreter's own start-up (~40 ms), well before torch is imported
+        assert not RunDir(run_dir).trainer_pid.exists()
+    else:
+        deadline = time.monotonic() + 240
+        while not RunDir(run_dir).trainer_pid.exists():
+            assert train.poll() is None and time.monotonic() < deadline, train.communicate()[0]
+            time.sleep(0.05)
+        assert int(RunDir(run_dir).trainer_pid.read_text()) == train.pid
+    train.send_signal(signal.SIGINT)
+    out, _ = train.communicate(timeout=240)
+    assert train.returncode == 130, out
+    assert "Traceback" not in out and "Aborted" not in out, out
+    assert out.rstrip().endswith("vf-train: interrupted; the adapters in the run directory are complete"), out
