@@ -135,6 +135,27 @@ def shared_vllm_server(tmp_path_factory, tiny_model):
         yield SharedServer(base_url, str(tiny_model), log, tmp / "config.toml")
 
 
+@pytest.fixture(scope="session")
+def tool_server(tmp_path_factory):
+    """A vf-vllm for the tool tests, serving the tiny tool-calling model (tests/tool_model.py) with both ways
+    a tool call is read: verifiers 0.4's token route (its renderer parses the call) and vLLM's own Hermes
+    parser for the chat route (a classic ToolEnv). The rest as `shared_vllm_server`."""
+    from tool_model import make_tool_model
+
+    tmp = tmp_path_factory.mktemp("tool-server")
+    model = make_tool_model(tmp / "tiny-tools")
+    port = free_port()
+    (tmp / "config.toml").write_text(tomli_w.dumps({
+        "model": str(model), "env": {"id": "reverse-text"},
+        "inference": {"port": port, "enable_scale_out": True,
+                      "args": {"dtype": "float32", "max_model_len": 1024, "enforce_eager": True,
+                               "enable_auto_tool_choice": True, "tool_call_parser": "hermes"}},
+    }))
+    log = tmp / "server.log"
+    with vf_vllm(tmp / "config.toml", port, SharedServer.api_key, log) as base_url:
+        yield SharedServer(base_url, str(model), log, tmp / "config.toml")
+
+
 def served_routes(config: Path, server_log: Path) -> dict:
     """The routes of vLLM's app as vf-vllm's server built it, from a fresh process (tests/vllm_routes.py says why)."""
     import json

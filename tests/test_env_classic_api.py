@@ -225,21 +225,66 @@ def test_a_classic_package_needing_what_vfrl_lacks_is_one_line(tmp_path, monkeyp
 
 
 @pytest.mark.e2e
-def test_vf_rl_trains_an_unchanged_classic_package_two_steps(tiny_model, tmp_path):
-    """`vf-rl @ config` with `env.id = "classic_quiz"`, a multi-turn package as verifiers 0.3 users wrote it:
-    it trains as a vfrl environment (no scale-out, no verifiers episode), the environment's "Are you sure?"
-    turn between the replies, its own rubric's scores."""
+def test_vf_rl_trains_an_unchanged_classic_package_two_steps(tiny_model, tmp_path, shared_vllm_server):
+    """`vf-rl @ config` with `env.id = "classic_quiz"`, a multi-turn package as verifiers 0.3 users wrote it,
+    against the session's vf-vllm: it trains as a vfrl environment (no verifiers episode; that it needs no
+    scale-out: test_a_classic_package_loads_unchanged_and_leaves_verifiers_alone), the environment's "Are you
+    sure?" turn between the replies, its own rubric's scores."""
     import json
 
     from conftest import train_package_two_steps
 
     _, run_dir, steps = train_package_two_steps(tmp_path, tiny_model, {"id": "classic_quiz", "args": {"rounds": 2}},
-                                                Path(__file__).parent / "classic_pkgs")
-    command = (run_dir / "logs" / "inference.log").read_text().splitlines()[0]  # the vLLM command vf-vllm ran
-    assert command.startswith("vf-vllm: ") and "--enable-scale-out" not in command
+                                                Path(__file__).parent / "classic_pkgs", server=shared_vllm_server)
     for s in steps:
         for line in (run_dir / "rollouts" / f"step_{s['step']}.jsonl").read_text().splitlines():
             r = json.loads(line)
             roles = [m["role"] for m in r["completion"]]
             assert roles == ["assistant", "user", "assistant"] and r["completion"][1]["content"] == "Are you sure?"
             assert set(r["metrics"]) >= {"every_reply_right", "answer_is_int"}
+        assert s["loss_tokens"] == sum(json.loads(line)["sampled_tokens"] for line in
+                                       (run_dir / "rollouts" / f"step_{s['step']}.jsonl").read_text().splitlines())
+    assert all(s["mismatch_kl"] < 1e-5 for s in steps), [s["mismatch_kl"] for s in steps]  # vLLM's logprobs
+
+
+@pytest.mark.e2e
+def test_vf_rl_trains_an_unchanged_classic_tool_package_two_steps(tmp_path, tool_server):
+    """`env.id = "classic_calc"`, a `vf.ToolEnv` package as verifiers 0.3 users wrote it, on the tiny model that
+    calls tools (tests/tool_model.py) against the tool tests' vf-vllm, whose Hermes parser reads the call: the
+    environment runs the python tool and sends its result back as a tool message that gets no loss (the
+    loss tokens are the sampled ones), the package's own rubric scores, each step's adapter is loaded, and the
+    trainer's logprobs of the sampled tokens are vLLM's (mismatch_kl; step 2 sampled from step 1's adapter)."""
+    import json
+
+    from conftest import train_package_two_steps
+
+    _, run_dir, steps = train_package_two_steps(tmp_path, Path(tool_server.model), {"id": "classic_calc"},
+                                                Path(__file__).parent / "classic_pkgs", examples_per_step=1,
+                                                server=tool_server, max_tokens=64, max_seq_len=192)
+    from transformers import AutoTokenizer
+
+    from tool_model import call_text
+
+    tok = AutoTokenizer.from_pretrained(tool_server.model)
+    # what the model samples in a rollout that calls as it was taught and answers right, each part ended by
+    # <|im_end|>; the tool message and the template's tokens between the turns are not sampled
+    taught = len(tok.encode(call_text(2, 3), add_special_tokens=False)) + 1 + len(tok.encode("5", add_special_tokens=False)) + 1
+    called, sampled = 0, []
+    for s in steps:
+        rollouts = [json.loads(line) for line in (run_dir / "rollouts" / f"step_{s['step']}.jsonl").read_text().splitlines()]
+        assert s["loss_tokens"] == sum(r["sampled_tokens"] for r in rollouts)
+        for r in rollouts:
+            assert set(r["metrics"]) >= {"says_the_sum", "called_add"}
+            if r["metrics"]["called_add"] == 0:
+                continue  # a sampled call the parser could not read is a plain reply, scored by the rubric
+            called += 1
+            call, result, reply = r["completion"]
+            assert call["tool_calls"][0]["function"]["name"] == "add"
+            assert json.loads(call["tool_calls"][0]["function"]["arguments"]) == {"a": 2, "b": 3}
+            assert result["role"] == "tool" and result["content"] == "5"
+            assert result["tool_call_id"] == call["tool_calls"][0]["id"]
+            assert r["reward"] == float(reply["content"].strip() == "5")
+            sampled.append(r["sampled_tokens"])
+    assert taught in sampled, (taught, sampled)
+    assert called >= 2  # the model calls the tool in most of its 4 rollouts
+    assert all(s["mismatch_kl"] < 1e-5 for s in steps), [s["mismatch_kl"] for s in steps]

@@ -582,22 +582,19 @@ def test_vf_rl_trains_a_v1_package_two_steps(shared_vllm_server, tiny_model, tmp
 @needs_v1
 @needs_uv
 @pytest.mark.e2e
-def test_vf_rl_trains_a_v1_tool_package_two_steps(tmp_path):
+def test_vf_rl_trains_a_v1_tool_package_two_steps(tmp_path, tool_server):
     """v1_calc, a tool-using taskset, with a tiny model that calls tools (tests/tool_model.py: the embedded
-    recipe with <tool_call> tokens, made here in seconds) and renderers' qwen3 tool parser: vf-rl starts vLLM
-    with scale-out on by itself (a verifiers package), the model's call is
-    run by verifiers' MCP tool server and the result comes back as a tool message that gets no loss, the
-    adapter of each step is loaded, and the trainer's logprobs of the sampled tokens are vLLM's (mismatch_kl,
-    step 2 sampled from the adapter synced after step 1)."""
+    recipe with <tool_call> tokens, made in seconds) and renderers' qwen3 tool parser, against the tool tests'
+    vf-vllm (that vf-rl turns scale-out on by itself for a verifiers package:
+    test_scale_out_is_on_for_a_verifiers_package_only): the model's call is run by verifiers' MCP tool server
+    and the result comes back as a tool message that gets no loss, the adapter of each step is loaded, and the
+    trainer's logprobs of the sampled tokens are vLLM's (mismatch_kl, step 2 sampled from the adapter synced
+    after step 1)."""
     from conftest import train_package_two_steps
-    from tool_model import make_tool_model
 
-    model = make_tool_model(tmp_path / "tiny-tools")
     env = {"id": "v1-calc", "renderer": {"name": "default", "tool_parser": "qwen3"}}
-    _, run_dir, steps = train_package_two_steps(tmp_path, model, env, PKGS, examples_per_step=1, max_tokens=64,
-                                                max_seq_len=192)
-    command = (run_dir / "logs" / "inference.log").read_text().splitlines()[0]  # the vLLM command vf-vllm ran
-    assert command.startswith("vf-vllm: ") and "--enable-scale-out" in command  # turned on by itself
+    _, run_dir, steps = train_package_two_steps(tmp_path, Path(tool_server.model), env, PKGS, examples_per_step=1,
+                                                server=tool_server, max_tokens=64, max_seq_len=192)
     called = 0
     for step in (1, 2):
         rollouts = [json.loads(line) for line in (run_dir / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()]
