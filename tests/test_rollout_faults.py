@@ -432,6 +432,23 @@ def test_eval_counts_dropped_rollouts_and_survives_losing_them_all():
     assert summarize([], faults) == {"eval/num_rollouts": 0.0, "eval/rollouts_dropped": 1.0}
 
 
+def test_a_verifiers_rollout_s_metrics_are_not_taken_for_reward_functions():
+    """A verifiers 0.4 rollout's metrics (its rewards, `@vf.metric`s) name no vfrl rubric function: a scoring
+    function that raises fails its episode, which is dropped instead (verifiers_v1.py)."""
+    from vfrl.envs.environment import Rollout
+    from vfrl.trainer.step_faults import check_step
+
+    def rollout(metrics):
+        return Rollout(example_id=0, prompt=[], completion=[], answer="", prompt_ids=[1], completion_ids=[2],
+                       completion_logprobs=[-0.1], completion_mask=[1], policy="policy-0", metrics=metrics)
+
+    scored, v1 = rollout({"right": 1.0, "reward_errors": 0.0}), rollout({"correct": 1.0, "tool_calls": 1.0})
+    metrics, warning = check_step(1, [v1, v1], RolloutFaults(), 2, 0.5)
+    assert not any(k.startswith("reward_errors/") for k in metrics) and warning is None
+    metrics, _ = check_step(1, [scored, v1], RolloutFaults(), 2, 0.5)
+    assert {k for k in metrics if k.startswith("reward_errors/")} == {"reward_errors/right"}
+
+
 def test_a_pending_batch_keeps_its_group_sizes_and_warning_through_a_checkpoint():
     from vfrl.trainer.checkpoint import batch_from_json, batch_to_json
 

@@ -34,8 +34,13 @@ class BatchTimedOut(RolloutFaultError):
 
 
 def reward_error_counts(rollouts: list[Rollout]) -> dict[str, int]:
-    """Reward function name -> scored rollouts it failed on, for every function the rollouts report."""
-    names = {n for r in rollouts for n in [*r.metrics, *r.reward_errors] if n != "reward_errors"}
+    """Reward function name -> scored rollouts it failed on, for every function the rollouts report.
+
+    Only rollouts scored by a vfrl rubric (rubric.py: their metrics hold `reward_errors`) name functions: a
+    verifiers 0.4 rollout's metrics are its taskset's rewards and `@vf.metric`s, and a scoring function that
+    raises there fails the whole episode, which is dropped with verifiers' reason (verifiers_v1.py)."""
+    names = {n for r in rollouts if "reward_errors" in r.metrics or r.reward_errors
+             for n in [*r.metrics, *r.reward_errors] if n != "reward_errors"}
     return {n: sum(n in r.reward_errors for r in rollouts) for n in sorted(names)}
 
 
