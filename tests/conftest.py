@@ -36,8 +36,8 @@ def train_package_two_steps(tmp_path: Path, model: Path, env: dict, pythonpath: 
     override the config's. With `server` (the session's shared vf-vllm), vf-rl trains against it
     (inference.base_url) instead of starting a vLLM of its own. Returns (the finished vf-rl, its run dir, the steps'
     metrics lines), after checking what every such run must show: exit 0, no traceback in trainer.log, the
-    base and each step's adapter loaded into vLLM, no rollout dropped, each step sampled from the adapter of
-    the step before."""
+    base and each step's adapter loaded into vLLM, no rollout dropped, each step's batch sampled by the one
+    policy its metrics line names (one step off-policy: batches 1 and 2 are both the base model's)."""
     import json
 
     import tomllib
@@ -73,6 +73,17 @@ def train_package_two_steps(tmp_path: Path, model: Path, env: dict, pythonpath: 
         rollouts = [json.loads(line) for line in (run_dir / "rollouts" / f"step_{s['step']}.jsonl").read_text().splitlines()]
         assert len(rollouts) == 2 * examples_per_step * traces_per_episode and {r["policy"] for r in rollouts} == {f"policy-{s['policy_version']}"}
     return done, run_dir, steps
+
+
+def assert_served_is_trained(steps: list[dict]) -> None:
+    """mismatch_kl ~ 0 on every step whose batch was sampled by the weights the trainer held when it trained it:
+    step 1 (the base model on both sides), and any later one sampled by the policy of the step before. One step
+    off-policy, a 2-step run's second batch is the base model's while the trainer holds step 1's update: its
+    mismatch_kl is that update's drift, not a mismatch (a pushed adapter's logprobs are checked directly in the
+    `..._sampled_after_a_sync_matches_the_trainer` tests)."""
+    exact = [s for s in steps if s["policy_version"] == s["step"] - 1]
+    assert exact and exact[0]["step"] == 1, steps
+    assert all(s["mismatch_kl"] < 1e-5 for s in exact), [(s["step"], s["mismatch_kl"]) for s in exact]
 
 
 def max_logprob_gap(model, rollouts) -> float:
