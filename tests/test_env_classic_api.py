@@ -240,7 +240,7 @@ def test_vf_rl_trains_an_unchanged_classic_package_two_steps(tiny_model, tmp_pat
     env = {"id": package, "args": {"rounds": 2}} if package == "classic_quiz" else {"id": package}
     # the quiz's boxed-answer system prompt alone is ~100 tokens (one a character): room for its three turns
     _, run_dir, steps = train_package_two_steps(tmp_path, tiny_model, env, Path(__file__).parent / "classic_pkgs",
-                                                server=shared_vllm_server, max_seq_len=384)
+                                                examples_per_step=1, server=shared_vllm_server, max_seq_len=384)
     rewards = []
     for s in steps:
         rollouts = [json.loads(line) for line in (run_dir / "rollouts" / f"step_{s['step']}.jsonl").read_text().splitlines()]

@@ -111,7 +111,7 @@ def test_stop_takes_the_ctrl_c_path_and_leaves_no_process(tmp_path, socket_name)
 def test_stop_sends_its_ctrl_c_once_the_trainer_listens(tmp_path, socket_name):
     """Stopped a moment after launch: a Ctrl-C that came before vf-train handles it would be lost, and the
     stop would wait its whole --timeout before terminating the trainer."""
-    run_dir, pids = fake_run(tmp_path, socket_name, "test", deaf_for=5)
+    run_dir, pids = fake_run(tmp_path, socket_name, "test", deaf_for=3)
     res = vf_rl("stop", "--timeout", "30", "--tmux-socket", socket_name)
     assert res.returncode == 0, res.stderr
     assert "stopped 'test' (trainer exit code 130)" in res.stdout, res.stdout
