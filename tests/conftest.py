@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
+from vfrl.run_dir import RunDir, read_jsonl
 from vfrl.testing import BIN, free_port, vf_vllm, write_config  # noqa: F401 (the tests import them from here)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,8 +39,6 @@ def train_package_two_steps(tmp_path: Path, model: Path, env: dict, pythonpath: 
     metrics lines), after checking what every such run must show: exit 0, no traceback in trainer.log, the
     base and each step's adapter loaded into vLLM, no rollout dropped, each step's batch sampled by the one
     policy its metrics line names (one step off-policy: batches 1 and 2 are both the base model's)."""
-    import json
-
     import tomllib
 
     cfg = write_config(tmp_path / "cfg.toml", model, port=0, output_dir=tmp_path / "outputs", max_steps=2,
@@ -67,10 +66,10 @@ def train_package_two_steps(tmp_path: Path, model: Path, env: dict, pythonpath: 
         server_log = server.log.read_text()[log_start:]
     for version in (0, 1, 2):  # the base as policy-0, then one adapter per step
         assert f"Loaded new LoRA adapter: name 'policy-{version}'" in server_log
-    steps = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = read_jsonl(RunDir(run_dir).metrics)
     assert [s["step"] for s in steps] == [1, 2] and all(s["rollouts_dropped"] == 0 for s in steps)
     for s in steps:
-        rollouts = [json.loads(line) for line in (run_dir / "rollouts" / f"step_{s['step']}.jsonl").read_text().splitlines()]
+        rollouts = read_jsonl(RunDir(run_dir).step_rollouts(s['step']))
         assert len(rollouts) == 2 * examples_per_step * traces_per_episode and {r["policy"] for r in rollouts} == {f"policy-{s['policy_version']}"}
     return done, run_dir, steps
 
@@ -84,6 +83,52 @@ def assert_served_is_trained(steps: list[dict]) -> None:
     exact = [s for s in steps if s["policy_version"] == s["step"] - 1]
     assert exact and exact[0]["step"] == 1, steps
     assert all(s["mismatch_kl"] < 1e-5 for s in exact), [(s["step"], s["mismatch_kl"]) for s in exact]
+
+
+async def sample_batch(env, base_url: str, api_key: str, policy: str, version: int, max_tokens: int,
+                       examples: int = 2):
+    """One batch of `env` (`examples` x 2 rollouts) sampled from `policy` by the trainer's Orchestrator (any
+    environment: a verifiers 0.4 one is closed after)."""
+    from openai import AsyncOpenAI
+
+    from vfrl.config import TrainerArgs
+    from vfrl.trainer.orchestrator import Orchestrator
+
+    args = TrainerArgs(batch_size=2 * examples, rollouts_per_example=2, max_tokens=max_tokens, eval_strategy="no",
+                       rollout_timeout=240)
+    try:
+        return await Orchestrator(env, AsyncOpenAI(base_url=base_url, api_key=api_key), args).generate(0, policy, version)
+    finally:
+        if hasattr(env, "aclose"):
+            await env.aclose()
+
+
+def served_batch(env, base_url: str, api_key: str, policy: str, version: int, max_tokens: int, examples: int = 2):
+    """One batch of `env` sampled from `policy` on the real server at base_url."""
+    import asyncio
+
+    return asyncio.run(sample_batch(env, base_url, api_key, policy, version, max_tokens, examples))
+
+
+def batch_from_pushed_adapter(server: "SharedServer", model_dir, env, tmp_path: Path, seed: int, scale: float,
+                              max_tokens: int):
+    """One batch of `env` (1 example x 2) sampled on `server` from a LoRA like a trained one
+    (trained_like_adapter), pushed as vf-train pushes it (AdapterSync). Returns (the peft model, the name vLLM
+    serves it under, the batch)."""
+    from vfrl.trainer.weight_sync import AdapterSync
+
+    (tmp_path / "adapters").mkdir()
+    model = trained_like_adapter(model_dir, seed=seed, scale=scale)
+    policy, _ = AdapterSync(server.base_url, server.api_key, tmp_path / "adapters").push(model, seed)
+    return model, policy, served_batch(env, server.base_url, server.api_key, policy, seed, max_tokens, examples=1)
+
+
+def assert_reply_turn_reply(r) -> tuple[int, int]:
+    """`r`'s two replies mask 1 and the turn between them (the environment's, a tool's) mask 0; returns that
+    turn's span in the completion."""
+    (a, b), (c, d) = r.turn_spans
+    assert a == 0 and b < c and r.completion_mask == [1] * b + [0] * (c - b) + [1] * (d - c), r.turn_spans
+    return b, c
 
 
 def max_logprob_gap(model, rollouts) -> float:

@@ -13,6 +13,7 @@ from fake_openai import FakeOpenAI
 
 import vfrl as vf
 from vfrl.envs.environment import Rollout
+from vfrl.run_dir import RunDir, read_jsonl
 
 sys.path.insert(0, str(Path(__file__).parent / "classic_pkgs"))
 vf.load_environment("classic_quiz")  # imports it the way vf-train does
@@ -233,8 +234,6 @@ def test_vf_rl_trains_an_unchanged_classic_package_two_steps(tiny_model, tmp_pat
     scale-out: test_a_classic_package_loads_unchanged_and_leaves_verifiers_alone) with its own rubric's scores,
     the loss on the sampled tokens only, and the trainer's logprobs those vLLM sampled with (mismatch_kl, where
     both held the same weights: assert_served_is_trained)."""
-    import json
-
     from conftest import assert_served_is_trained, train_package_two_steps
 
     env = {"id": package, "args": {"rounds": 2}} if package == "classic_quiz" else {"id": package}
@@ -243,7 +242,7 @@ def test_vf_rl_trains_an_unchanged_classic_package_two_steps(tiny_model, tmp_pat
                                                 examples_per_step=1, server=shared_vllm_server, max_seq_len=384)
     rewards = []
     for s in steps:
-        rollouts = [json.loads(line) for line in (run_dir / "rollouts" / f"step_{s['step']}.jsonl").read_text().splitlines()]
+        rollouts = read_jsonl(RunDir(run_dir).step_rollouts(s['step']))
         for r in rollouts:
             roles = [m["role"] for m in r["completion"]]
             if package == "classic_quiz":
@@ -269,22 +268,21 @@ def test_vf_rl_trains_an_unchanged_classic_tool_package_two_steps(tmp_path, tool
     sync: test_a_classic_tool_package_sampled_after_a_sync_matches_the_trainer)."""
     import json
 
+    from transformers import AutoTokenizer
+
     from conftest import assert_served_is_trained, train_package_two_steps
+    from tool_model import call_text
 
     _, run_dir, steps = train_package_two_steps(tmp_path, Path(tool_server.model), {"id": "classic_calc"},
                                                 Path(__file__).parent / "classic_pkgs", examples_per_step=1,
                                                 server=tool_server, max_tokens=64, max_seq_len=192)
-    from transformers import AutoTokenizer
-
-    from tool_model import call_text
-
     tok = AutoTokenizer.from_pretrained(tool_server.model)
     # what the model samples in a rollout that calls as it was taught and answers right, each part ended by
     # <|im_end|>; the tool message and the template's tokens between the turns are not sampled
     taught = len(tok.encode(call_text(2, 3), add_special_tokens=False)) + 1 + len(tok.encode("5", add_special_tokens=False)) + 1
     called, sampled = 0, []
     for s in steps:
-        rollouts = [json.loads(line) for line in (run_dir / "rollouts" / f"step_{s['step']}.jsonl").read_text().splitlines()]
+        rollouts = read_jsonl(RunDir(run_dir).step_rollouts(s['step']))
         assert s["loss_tokens"] == sum(r["sampled_tokens"] for r in rollouts) > 0  # no sequence cut short
         for r in rollouts:
             assert set(r["metrics"]) >= {"says_the_sum", "called_add"}
@@ -312,20 +310,14 @@ def test_a_classic_multi_turn_package_sampled_after_a_sync_matches_the_trainer(t
     and the trainer's logprobs (the same LoRA, in peft) of every sampled token are vLLM's within 1e-4. (The
     two-step vf-rl runs above cannot show this: with one step off-policy, their second batch is sampled by the
     base model while the trainer already holds step 1's adapter.)"""
-    from conftest import max_logprob_gap, trained_like_adapter
-    from test_env_verifiers_v1 import served_batch
-    from vfrl.trainer.weight_sync import AdapterSync
+    from conftest import assert_reply_turn_reply, batch_from_pushed_adapter, max_logprob_gap
 
-    base_url, key = shared_vllm_server.base_url, shared_vllm_server.api_key
-    (tmp_path / "adapters").mkdir()
-    model = trained_like_adapter(tiny_model, seed=41, scale=0.05)
-    policy, _ = AdapterSync(base_url, key, tmp_path / "adapters").push(model, 41)
-    batch = served_batch(vf.load_environment("classic_quiz", rounds=2), base_url, key, policy, 41, max_tokens=12,
-                         examples=1)
+    model, policy, batch = batch_from_pushed_adapter(shared_vllm_server, tiny_model,
+                                                     vf.load_environment("classic_quiz", rounds=2), tmp_path,
+                                                     seed=41, scale=0.05, max_tokens=12)
     assert len(batch.rollouts) == 2 and batch.metrics["rollouts_dropped"] == 0
     for r in batch.rollouts:
-        (a, b), (c, d) = r.turn_spans  # two replies, the environment's turn between them
-        assert a == 0 and b < c and r.completion_mask == [1] * b + [0] * (c - b) + [1] * (d - c)
+        assert_reply_turn_reply(r)  # two replies, the environment's turn between them
         assert r.policy == policy and [m["role"] for m in r.completion] == ["assistant", "user", "assistant"]
     assert max_logprob_gap(model, batch.rollouts) < 1e-4
 
@@ -334,20 +326,15 @@ def test_a_classic_multi_turn_package_sampled_after_a_sync_matches_the_trainer(t
 def test_a_classic_tool_package_sampled_after_a_sync_matches_the_trainer(tmp_path, tool_server):
     """classic_calc through the tool tests' vf-vllm, sampled from a pushed adapter: the call and the answer mask
     1, the tool message between them mask 0, and the trainer's logprobs of every sampled token are vLLM's."""
-    from conftest import max_logprob_gap, trained_like_adapter
-    from test_env_verifiers_v1 import served_batch
-    from vfrl.trainer.weight_sync import AdapterSync
+    from conftest import assert_reply_turn_reply, batch_from_pushed_adapter, max_logprob_gap
 
-    base_url, key = tool_server.base_url, tool_server.api_key
-    (tmp_path / "adapters").mkdir()
-    model = trained_like_adapter(tool_server.model, seed=43, scale=0.01)  # small: the model still calls the tool
-    policy, _ = AdapterSync(base_url, key, tmp_path / "adapters").push(model, 43)
-    batch = served_batch(vf.load_environment("classic_calc"), base_url, key, policy, 43, max_tokens=64, examples=1)
+    # a small adapter: the model still calls the tool
+    model, _, batch = batch_from_pushed_adapter(tool_server, tool_server.model, vf.load_environment("classic_calc"),
+                                                tmp_path, seed=43, scale=0.01, max_tokens=64)
     assert len(batch.rollouts) == 2 and batch.metrics["rollouts_dropped"] == 0
     called = [r for r in batch.rollouts if r.metrics["called_add"] == 1.0]
     assert called, [r.completion for r in batch.rollouts]
     for r in called:
-        (a, b), (c, d) = r.turn_spans  # the call, the tool's result, the answer
-        assert a == 0 and b < c and r.completion_mask == [1] * b + [0] * (c - b) + [1] * (d - c)
+        assert_reply_turn_reply(r)  # the call, the tool's result, the answer
         assert r.completion[1]["role"] == "tool" and r.completion[1]["content"] == "5"
     assert max_logprob_gap(model, batch.rollouts) < 1e-4

@@ -18,8 +18,9 @@ import pytest
 
 from vfrl.envs.verifiers_v1 import DroppedEpisode, episode_rollouts
 from vfrl.inference.scale_out import find_uv, is_verifiers_package
+from vfrl.run_dir import RunDir, read_jsonl
 
-from conftest import BIN
+from conftest import BIN, sample_batch, served_batch
 
 PKGS = Path(__file__).parent / "v1_pkgs"
 sys.path.insert(0, str(PKGS))
@@ -37,24 +38,6 @@ needs_uv = pytest.mark.skipif(find_uv() is None, reason="uv is not installed (ve
 
 # --- what becomes of an episode (no verifiers needed: episodes are duck-typed) ---
 
-async def sample_batch(env, base_url: str, api_key: str, policy: str, version: int, max_tokens: int,
-                       examples: int = 2):
-    """One batch of `env` (`examples` x 2 rollouts) sampled from `policy` by the trainer's Orchestrator (any
-    environment: a verifiers 0.4 one is closed after)."""
-    from openai import AsyncOpenAI
-
-    from vfrl.config import TrainerArgs
-    from vfrl.trainer.orchestrator import Orchestrator
-
-    args = TrainerArgs(batch_size=2 * examples, rollouts_per_example=2, max_tokens=max_tokens, eval_strategy="no",
-                       rollout_timeout=240)
-    try:
-        return await Orchestrator(env, AsyncOpenAI(base_url=base_url, api_key=api_key), args).generate(0, policy, version)
-    finally:
-        if hasattr(env, "aclose"):
-            await env.aclose()
-
-
 def fake_generated_batch(env, tiny_model, adapter: str, version: int, api_key: str = "k", examples: int = 2):
     """One batch of `env` (max_tokens 16) sampled through FakeGenerate serving `adapter` as policy `version`;
     returns the batch and the requests the fake server got."""
@@ -65,11 +48,6 @@ def fake_generated_batch(env, tiny_model, adapter: str, version: int, api_key: s
             return await sample_batch(env, fake.base_url, api_key, adapter, version, 16, examples), fake.requests
 
     return asyncio.run(run())
-
-
-def served_batch(env, base_url: str, api_key: str, policy: str, version: int, max_tokens: int, examples: int = 2):
-    """One batch of `env` sampled from `policy` on the real server at base_url."""
-    return asyncio.run(sample_batch(env, base_url, api_key, policy, version, max_tokens, examples))
 
 
 def node(ids, mask, logprobs=()):
@@ -535,22 +513,16 @@ def test_a_multi_turn_v1_package_sampled_after_a_sync_matches_the_trainer(shared
     mask 0, and the trainer's logprobs (the same LoRA, in peft) of every sampled token are vLLM's within 1e-4."""
     from transformers import AutoTokenizer
 
-    from conftest import max_logprob_gap, trained_like_adapter
+    from conftest import assert_reply_turn_reply, batch_from_pushed_adapter, max_logprob_gap
     from vfrl.envs.loader import load_environment
-    from vfrl.trainer.weight_sync import AdapterSync
 
-    base_url, key = shared_vllm_server.base_url, shared_vllm_server.api_key
-    (tmp_path / "adapters").mkdir()
-    model = trained_like_adapter(tiny_model, seed=31, scale=0.05)
-    policy, _ = AdapterSync(base_url, key, tmp_path / "adapters").push(model, 31)
     env = load_environment("v1-two-tries")
-
-    batch = served_batch(env, base_url, key, policy, 31, max_tokens=24, examples=1)
+    model, policy, batch = batch_from_pushed_adapter(shared_vllm_server, tiny_model, env, tmp_path, seed=31,
+                                                     scale=0.05, max_tokens=24)
     tok = AutoTokenizer.from_pretrained(str(tiny_model))
     assert len(batch.rollouts) == 4 and batch.sizes() == [4] and batch.metrics["rollouts_dropped"] == 0
     for r in batch.rollouts:
-        (a, b), (c, d) = r.turn_spans  # two replies, the environment's turn between them
-        assert r.completion_mask == [1] * b + [0] * (c - b) + [1] * (d - c) and a == 0
+        b, c = assert_reply_turn_reply(r)  # two replies, the environment's turn between them
         between = tok.decode(r.completion_ids[b:c])
         assert env.tasks[r.example_id].data.second in between and between.endswith("assistant\n"), between
         assert r.policy == policy and r.metrics["turns"] == 2.0
@@ -576,7 +548,7 @@ def test_vf_rl_trains_a_v1_package_two_steps(shared_vllm_server, tiny_model, tmp
     _, run_dir, steps = train_package_two_steps(tmp_path, tiny_model, env, PKGS, examples_per_step=1,
                                                 traces_per_episode=traces, server=shared_vllm_server)
     for step in (1, 2):
-        rollouts = [json.loads(line) for line in (run_dir / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()]
+        rollouts = read_jsonl(RunDir(run_dir).step_rollouts(step))
         assert all(set(r["metrics"]) == metrics for r in rollouts)
         # every sampled token of every trace trained, the environment's turns did not
         assert steps[step - 1]["loss_tokens"] == sum(r["sampled_tokens"] for r in rollouts)
@@ -600,7 +572,7 @@ def test_vf_rl_trains_a_v1_tool_package_two_steps(tmp_path, tool_server):
                                                 server=tool_server, max_tokens=64, max_seq_len=192)
     called = 0
     for step in (1, 2):
-        rollouts = [json.loads(line) for line in (run_dir / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()]
+        rollouts = read_jsonl(RunDir(run_dir).step_rollouts(step))
         assert steps[step - 1]["loss_tokens"] == sum(r["sampled_tokens"] for r in rollouts)
         for r in rollouts:
             if r["metrics"]["tool_calls"] == 0:
