@@ -4,7 +4,8 @@ Unit part: a checkpoint restores weights, optimizer, scheduler and RNGs exactly;
 half-way leaves nothing that counts as a checkpoint; keep_last; how --resume finds its checkpoint.
 
 Real part (the issue's test): `vf-rl` runs 4 steps uninterrupted; a second run of the same config is
-killed with SIGKILL right after its step-2 checkpoint; `vf-rl --resume` continues it. Steps 3-4 must
+killed with SIGKILL right after its step-2 checkpoint; `vf-rl --resume` continues it (all three against the
+session's vf-vllm). Steps 3-4 must
 see the same examples and prompts as the uninterrupted run, and the losses must be equal.
 """
 
@@ -14,12 +15,14 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
+import tomli_w
 import torch
 
-from conftest import BIN, write_config, tmux_socket
+from conftest import BIN, SharedServer, write_config, tmux_socket
 from vfrl.envs.environment import Rollout
 from vfrl.launcher.plot import read_metrics
 from vfrl.launcher.resume import ResumeError, find_checkpoint
@@ -242,28 +245,41 @@ RUN_ARGS = dict(max_steps=4, save_strategy="steps", save_steps=2, keep_last=2, s
 
 def vf_rl(cfg: Path, socket_name: str, *extra: str, cwd: Path) -> subprocess.Popen:
     return subprocess.Popen([str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", socket_name, *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd, start_new_session=True,
+                            env={**os.environ, "SHARED_VLLM_KEY": SharedServer.api_key})
 
 
 def rollouts(run_dir: Path, step: int) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "rollouts" / f"step_{step}.jsonl").read_text().splitlines()]
 
 
+def run_config(path: Path, model: Path, output_dir: Path, run_name: str, server: SharedServer) -> Path:
+    """RUN_ARGS against the session's vf-vllm (inference.base_url): a run that starts its own vLLM, is resumed
+    and starts another is test_faults_e2e's; here the three runs share one server, one after the other."""
+    cfg = write_config(path, model, port=0, output_dir=output_dir, run_name=run_name, **RUN_ARGS)
+    config = tomllib.loads(cfg.read_text())
+    config["inference"] = {"base_url": server.base_url, "api_key_var": "SHARED_VLLM_KEY"}
+    cfg.write_text(tomli_w.dumps(config))
+    return cfg
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, tiny_model):
-    """(uninterrupted run dir, killed-then-resumed run dir, outputs of the three vf-rl calls)."""
+def runs(tmp_path_factory, tiny_model, shared_vllm_server):
+    """(uninterrupted run dir, killed-then-resumed run dir, outputs of the three vf-rl calls, the server's log
+    from the killed run's start on)."""
     tmp = tmp_path_factory.mktemp("resume")
     sock = f"vfrl-resume-{tmp.name}"
     out = {}
     procs = []
     try:
-        # the uninterrupted and the to-be-killed run start together: two vLLM start-ups overlap
-        full_cfg = write_config(tmp / "full.toml", tiny_model, port=0, output_dir=tmp / "outputs", run_name="full", **RUN_ARGS)
+        full_cfg = run_config(tmp / "full.toml", tiny_model, tmp / "outputs", "full", shared_vllm_server)
         full = vf_rl(full_cfg, sock, cwd=tmp)
         procs.append(full)
+        out["full"] = (full.communicate(timeout=600)[0], full.returncode)
 
-        cfg = write_config(tmp / "killed.toml", tiny_model, port=0, output_dir=tmp / "outputs", run_name="killed", **RUN_ARGS)
+        cfg = run_config(tmp / "killed.toml", tiny_model, tmp / "outputs", "killed", shared_vllm_server)
         run_dir = tmp / "outputs" / "killed"
+        log_start = shared_vllm_server.log.stat().st_size
         p = vf_rl(cfg, sock, cwd=tmp)
         procs.append(p)
         deadline = time.time() + 600
@@ -274,11 +290,13 @@ def runs(tmp_path_factory, tiny_model):
         os.kill(trainer_pid, signal.SIGKILL)
         killed_at = read_metrics(run_dir)[-1]["step"] if (run_dir / "metrics.jsonl").exists() else 0
         out["killed"] = (p.communicate(timeout=300)[0], p.returncode, killed_at)
-        out["full"] = (full.communicate(timeout=600)[0], full.returncode)
 
         p = vf_rl(cfg, sock, "--resume", cwd=tmp)
         procs.append(p)
         out["resumed"] = (p.communicate(timeout=600)[0], p.returncode)
+        with open(shared_vllm_server.log, "rb") as log:
+            log.seek(log_start)
+            out["server_log"] = log.read().decode(errors="replace")
         yield tmp / "outputs" / "full", run_dir, out
     finally:
         for p in procs:
@@ -308,8 +326,7 @@ def test_sigkill_after_step_2_checkpoint_then_resume(runs):
     assert "vf-rl: resuming from" in log and "resumed from" in log
     assert not list(full.parent.glob("killed-*")), "--resume must reuse the run dir"
     # the adapter vLLM served first after the restart is the checkpoint's
-    inference_log = (killed / "logs" / "inference.log").read_text()
-    assert inference_log.count("Loaded new LoRA adapter: name 'policy-2'") == 2  # first run + resume
+    assert out["server_log"].count("Loaded new LoRA adapter: name 'policy-2'") == 2  # first run + resume
     m = read_metrics(killed)
     assert [r["step"] for r in m] == [1, 2, 3, 4]  # appended, each step once
     assert m[2].get("resumed_from") == 2
