@@ -63,7 +63,7 @@ def train_package_two_steps(tmp_path: Path, model: Path, env: dict, pythonpath: 
     if server is None:
         server_log = (run_dir / "logs" / "inference.log").read_text()
     else:
-        server_log = server.log.read_text()[log_start:]
+        server_log = server.log.read_bytes()[log_start:].decode(errors="replace")
     for version in (0, 1, 2):  # the base as policy-0, then one adapter per step
         assert f"Loaded new LoRA adapter: name 'policy-{version}'" in server_log
     steps = read_jsonl(RunDir(run_dir).metrics)

@@ -237,16 +237,26 @@ def test_every_route_but_health_needs_the_api_key(vllm_server):
     assert with_key.status_code == 400 and "directory" in with_key.text  # read, refused, nothing paused
 
 
-def three_steps_reloading_every_weight(tmp_path, tiny_model, socket_label: str, options=(), **trainer_args):
+def three_steps_reloading_every_weight(tmp_path, tiny_model, socket_label: str, options=(), server=None,
+                                       **trainer_args):
     """A real `vf-rl` run of 3 steps (more vf-rl `options` if given) whose policies reach vLLM as full weights
     reloaded in place: it exits 0, batch n is sampled by policy n-1, served == trained (mismatch_kl), vLLM loaded
-    versions 0-3 and was started without LoRA. Returns the run dir and the step records."""
+    versions 0-3 and, started by vf-rl, was started without LoRA. With `server` (the module's `vllm_server`),
+    vf-rl trains against it (inference.base_url): its first push replaces whatever weights the server held.
+    Returns the run dir and the step records."""
     socket_name = tmux_socket(socket_label, tmp_path)
     cfg = write_config(tmp_path / "cfg.toml", tiny_model, port=0, output_dir=tmp_path / "outputs", max_steps=3,
                        **trainer_args)
+    if server is not None:
+        base_url, server_dir = server
+        config = tomllib.loads(cfg.read_text())
+        config["inference"] = {"base_url": base_url, "api_key_var": "FULL_FT_VLLM_KEY"}
+        cfg.write_text(tomli_w.dumps(config))
+        log_start = (server_dir / "server.log").stat().st_size
     try:
         proc = subprocess.run([str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", socket_name,
-                               *options], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+                               *options], capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                              env={**os.environ, "FULL_FT_VLLM_KEY": API_KEY})
     finally:
         subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True)
     run_dir = tmp_path / "outputs" / "test"
@@ -255,18 +265,22 @@ def three_steps_reloading_every_weight(tmp_path, tiny_model, socket_label: str, 
     assert [m["step"] for m in steps] == [1, 2, 3]
     assert [m["policy_version"] for m in steps] == [0, 0, 1]  # batch n sampled by policy n-1 (batch 0: the base)
     assert all(m["mismatch_kl"] < 0.01 for m in steps), [m["mismatch_kl"] for m in steps]  # served == trained
-    server_log = (run_dir / "logs" / "inference.log").read_text()
+    if server is None:
+        server_log = (run_dir / "logs" / "inference.log").read_text()
+        assert "enable-lora" not in server_log.splitlines()[0]
+    else:
+        server_log = (server_dir / "server.log").read_bytes()[log_start:].decode(errors="replace")
     for version in (0, 1, 2, 3):  # the base weights, then one reload per optimizer step
         assert f"vfrl: loaded weights version {version} from" in server_log
-    assert "enable-lora" not in server_log.splitlines()[0]
     return run_dir, steps
 
 
 @pytest.mark.e2e
-def test_vf_rl_full_finetuning_three_steps(tmp_path, tiny_model):
+def test_vf_rl_full_finetuning_three_steps(tmp_path, tiny_model, vllm_server):
+    """Against the module's full-weight vf-vllm; the merged-LoRA run below starts one of its own."""
     # one full AdamW step at 1e-3 moves this model by KL ~1
-    run_dir, steps = three_steps_reloading_every_weight(tmp_path, tiny_model, "fullft", use_lora=False,
-                                                        learning_rate=1e-5)
+    run_dir, steps = three_steps_reloading_every_weight(tmp_path, tiny_model, "fullft", server=vllm_server,
+                                                        use_lora=False, learning_rate=1e-5)
     assert all(m["sync_s"] > 0 for m in steps)
     assert sorted(p.name for p in (run_dir / "weights").iterdir()) == ["step-2", "step-3"]
     # every weight trained: the saved policy differs from the base in an embedding, a norm and a linear layer

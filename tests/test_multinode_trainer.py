@@ -208,7 +208,7 @@ def two_node_run(shared_vllm_server, tiny_model, tmp_path_factory):
         subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True)  # the detached session
     left = subprocess.run(["pgrep", "-af", str(run_dir)], capture_output=True, text=True).stdout.splitlines()
     try:
-        yield started, node1, second, run_dir, srv.log.read_text()[server_log_start:], left
+        yield started, node1, second, run_dir, srv.log.read_bytes()[server_log_start:].decode(errors="replace"), left
     finally:
         for line in left:  # a rank of a failed run: it must not outlive the test
             subprocess.run(["kill", "-9", line.split()[0]], capture_output=True)

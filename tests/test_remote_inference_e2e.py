@@ -36,7 +36,7 @@ def remote_run(shared_vllm_server, tiny_model, tmp_path_factory):
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp, timeout=600,
                               env={**os.environ, "REMOTE_VLLM_KEY": srv.api_key})
-        yield proc, tmp / "outputs" / "quickstart", srv, srv.log.read_text()[server_log_start:]
+        yield proc, tmp / "outputs" / "quickstart", srv, srv.log.read_bytes()[server_log_start:].decode(errors="replace")
     finally:
         subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True)
 
