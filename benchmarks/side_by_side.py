@@ -477,6 +477,7 @@ def finish(record: dict, launch: float, wall: float, code: int, rows: list[dict]
 
 
 def main() -> None:
+    global GAIN
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=3, help="rounds per workload (TRL then vf-rl each)")
     ap.add_argument("--workloads", default="quickstart,19m,19m-scaling")
@@ -494,7 +495,6 @@ def main() -> None:
                     help="the reward gain whose time from launch is reported (default %(default)s; the tiny model "
                          "made on some machines gains less in the quick start's 160 steps, on either system)")
     args = ap.parse_args()
-    global GAIN
     GAIN = args.gain
     if args.render_only:
         out_dir = args.docs / "benchmarks"
