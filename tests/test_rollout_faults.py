@@ -356,7 +356,7 @@ def test_a_lost_group_leaves_a_well_formed_batch_counted_in_the_step_metrics():
     lost = batch.example_ids.index(2)
     assert batch.sizes() == [0 if i == lost else 2 for i in range(4)] and len(batch.rollouts) == 6
     assert batch.metrics == {"rollouts_dropped": 2.0, "rollouts_rejected": 2.0, "rollouts_timed_out": 0.0,
-                             "rollouts_ended_early": 0.0, "reward_errors/right": 0.0}
+                             "rollouts_scoring_failed": 0.0, "rollouts_ended_early": 0.0, "reward_errors/right": 0.0}
     assert batch.warning == ("step 1: 2 of 8 rollouts dropped: 2 rejected "
                              "(HTTP 400: This model's maximum context length is 60 tokens)")
     tb, rewards = make_train_batch(batch.rollouts, args, pad_id=0, group_sizes=batch.sizes())
@@ -423,7 +423,7 @@ def test_a_step_without_faults_logs_zero_counts_and_no_warning():
     batch = run(orch.generate(0, "m", 0))
     assert batch.warning is None and batch.group_sizes == [2, 2, 2, 2]
     assert batch.metrics == {"rollouts_dropped": 0.0, "rollouts_rejected": 0.0, "rollouts_timed_out": 0.0,
-                             "rollouts_ended_early": 0.0, "reward_errors/right": 0.0}
+                             "rollouts_scoring_failed": 0.0, "rollouts_ended_early": 0.0, "reward_errors/right": 0.0}
 
 
 def test_eval_counts_dropped_rollouts_and_survives_losing_them_all():
@@ -447,6 +447,37 @@ def test_a_verifiers_rollout_s_metrics_are_not_taken_for_reward_functions():
     assert not any(k.startswith("reward_errors/") for k in metrics) and warning is None
     metrics, _ = check_step(1, [scored, v1], RolloutFaults(), 2, 0.5)
     assert {k for k in metrics if k.startswith("reward_errors/")} == {"reward_errors/right"}
+
+
+def test_a_verifiers_scoring_failure_on_more_than_the_limit_stops_the_run_with_one_line():
+    """A verifiers 0.4 episode whose reward raised is dropped (nothing was scored), not scored 0, but it counts
+    against max_reward_error_fraction like a failing vfrl rubric function: of the rollouts asked for, since the
+    failed ones are gone. Even when it took the whole batch, the line names the scoring, not just the loss."""
+    from vfrl.envs.environment import Rollout
+    from vfrl.trainer.step_faults import check_step
+
+    kept = Rollout(example_id=0, prompt=[], completion=[], answer="", prompt_ids=[1], completion_ids=[2],
+                   completion_logprobs=[-0.1], completion_mask=[1], policy="policy-0", metrics={"exact": 1.0})
+
+    def faults(n):
+        f = RolloutFaults()
+        for _ in range(n):
+            f.drop("scoring_failed", "verifiers scoring failed, TaskError: KeyError: 'no reference'")
+        return f
+
+    metrics, warning = check_step(3, [kept] * 4, faults(4), 8, 0.5)  # 4 of 8: at the limit
+    assert metrics["rollouts_scoring_failed"] == 4.0 and metrics["rollouts_dropped"] == 4.0
+    assert warning == ("step 3: 4 of 8 rollouts dropped: 4 scoring failed (verifiers scoring failed, TaskError: "
+                       "KeyError: 'no reference')")
+    for left, failed in ([kept] * 3, 5), ([], 8):  # above it; the whole batch
+        with pytest.raises(RewardFunctionFailing) as e:
+            check_step(3, left, faults(failed), 8, 0.5)
+        assert str(e.value) == (
+            f"step 3: the environment's scoring failed on {failed} of 8 rollouts (more than "
+            "trainer.args.max_reward_error_fraction = 0.5), e.g. verifiers scoring failed, TaskError: KeyError: "
+            "'no reference'; fix the @vf.reward or @vf.metric, or raise the limit to train on through it")
+    with pytest.raises(BatchLost):  # a limit of 1 never stops for scoring, but a batch with nothing left still does
+        check_step(3, [], faults(8), 8, 1.0)
 
 
 def test_a_pending_batch_keeps_its_group_sizes_and_warning_through_a_checkpoint():

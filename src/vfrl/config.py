@@ -217,7 +217,9 @@ class TrainerArgs(Strict):
     max_reward_error_fraction: float = Field(
         0.5, ge=0, le=1, description="Stop the run when one reward function fails (raises, hangs, returns NaN or "
         "not a number) on more than this fraction of a step's scored rollouts; 1 never stops. Failures below it "
-        "score 0, are counted (reward_errors/<function>) and warned about.")
+        "score 0, are counted (reward_errors/<function>) and warned about. A verifiers 0.4 taskset whose scoring "
+        "raises has its episode dropped (rollouts_scoring_failed): those count against the same limit, of the step's "
+        "rollouts.")
 
     @model_validator(mode="after")
     def _rollout_within_batch_timeout(self) -> "TrainerArgs":

@@ -26,7 +26,9 @@ The trainer's Orchestrator sees the same interface as for a vfrl environment (`d
 
 A failed episode, or one with no sampled token, is dropped and counted like any faulty rollout
 (`rollouts_dropped`, the reason on the step's warning line); when a whole batch is dropped the run stops
-with that line.
+with that line. One that failed in the taskset's scoring (a `@vf.reward` or `@vf.metric` raised: verifiers
+then records no reward at all) is counted apart, `rollouts_scoring_failed`, and held to
+`max_reward_error_fraction` as a failing vfrl reward function is (trainer/step_faults.py).
 """
 
 from __future__ import annotations
@@ -150,12 +152,22 @@ def trace_rollout(trace, example_id: int, answer: Any, policy: str) -> Rollout |
     return rollout
 
 
+def scoring_failed(episode, errors) -> bool:
+    """Did the episode fail in its taskset's `@vf.reward`/`@vf.metric` code? verifiers marks every signal it is
+    about to score as unscored (None) first, so a scoring that raised leaves Nones behind, and calls the task's
+    own code's error a TaskError (its `setup` and `finalize` too, which leave no such mark)."""
+    unscored = any(v is None for t in episode.traces for v in [*t.rewards.values(), *t.metrics.values()])
+    return unscored and any(e.type == "TaskError" for e in errors)
+
+
 def episode_rollouts(episode, example_id: int, answer: Any, policy: str) -> list[Rollout]:
     """A Rollout per trace of a trainable agent (judges' traces are left out); DroppedEpisode for a
     failed episode or one with no sampled token to train."""
     if not episode.ok:
         errors = [e for t in episode.traces for e in t.errors] + list(episode.errors)
         why = f"{errors[0].type}: {errors[0].message}" if errors else "it did not complete"
+        if scoring_failed(episode, errors):
+            raise DroppedEpisode("scoring_failed", one_line(f"verifiers scoring failed, {why}", 300))
         raise DroppedEpisode("failed", one_line(f"verifiers episode failed, {why}", 300))
     rollouts = [trace_rollout(t, example_id, answer, policy) for t in episode.traces
                 if getattr(t.agent, "trainable", True)]

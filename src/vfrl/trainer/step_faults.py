@@ -1,12 +1,13 @@
 """What a step does with its faulty rollouts (envs/faults.py says which those are).
 
 Every step logs the counts (always the same keys, 0 when nothing went wrong, so curves have no gaps):
-`rollouts_dropped` = `rollouts_rejected` + `rollouts_timed_out`, `rollouts_ended_early` (kept: a
-later turn was refused), and `reward_errors/<function>` (scored rollouts on which that reward
-function failed). A step with any of them gets one warning line. Two conditions stop the run with
-one line: every rollout of the batch was lost, and a reward function failing on more than
-`max_reward_error_fraction` of the scored rollouts (a broken function would otherwise train the
-policy on zeros, quietly).
+`rollouts_dropped` = `rollouts_rejected` + `rollouts_timed_out` + `rollouts_scoring_failed` (+ verifiers
+0.4 episodes that failed otherwise), `rollouts_ended_early` (kept: a later turn was refused), and
+`reward_errors/<function>` (scored rollouts on which that reward function failed). A step with any of
+them gets one warning line. Two conditions stop the run with one line: every rollout of the batch was
+lost, and a reward function failing on more than `max_reward_error_fraction` of the scored rollouts (a
+broken function would otherwise train the policy on zeros, quietly); a verifiers 0.4 taskset's scoring
+that failed, which drops its episode, is held to the same limit, of the rollouts asked for.
 """
 
 from __future__ import annotations
@@ -53,6 +54,13 @@ def check_step(step: int, rollouts: list[Rollout], faults: RolloutFaults, reques
     """(metrics, warning line or None) of training step `step` (as the console numbers it).
 
     Raises BatchLost when no rollout is left, RewardFunctionFailing above the reward-error limit."""
+    scoring = faults.dropped["scoring_failed"]
+    if scoring > max_reward_error_fraction * requested:
+        raise RewardFunctionFailing(
+            f"step {step}: the environment's scoring failed on {scoring} of {requested} rollouts (more than "
+            f"trainer.args.max_reward_error_fraction = {max_reward_error_fraction:g}), e.g. "
+            f"{faults.first['scoring_failed']}; fix the @vf.reward or @vf.metric, or raise the limit to train on "
+            f"through it")
     if not rollouts:
         raise BatchLost(f"step {step}: all {requested} rollouts were dropped: {faults.describe()}; "
                         f"nothing to train on, the run stops")
@@ -66,6 +74,7 @@ def check_step(step: int, rollouts: list[Rollout], faults: RolloutFaults, reques
     ended_early = [r for r in rollouts if r.error is not None]
     metrics = {"rollouts_dropped": float(faults.total), "rollouts_rejected": float(faults.dropped["rejected"]),
                "rollouts_timed_out": float(faults.dropped["timed_out"]),
+               "rollouts_scoring_failed": float(scoring),
                "rollouts_ended_early": float(len(ended_early))}
     metrics |= {f"reward_errors/{name}": float(n) for name, n in errors.items()}
     parts = []
