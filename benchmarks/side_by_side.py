@@ -45,7 +45,7 @@ SKIP = 1  # steps left out of step-time medians: the first has no overlap (vf-rl
 
 HOW_TO = f"""{HEADING}
 
-`.venv/bin/python benchmarks/side_by_side.py [--runs 3] [--workloads quickstart,19m,19m-scaling] [--steps N] [--steps-19m N] [--render-only]`
+`.venv/bin/python benchmarks/side_by_side.py [--runs 3] [--workloads quickstart,19m,19m-scaling] [--steps N] [--steps-19m N] [--gain 0.15] [--render-only]`
 runs TRL 1.16's `GRPOTrainer` and then `vf-rl` on the same workloads, `--runs` rounds each: the quick start
 (`configs/rl/quickstart.toml`, 160 steps), a random 19M Qwen2 (8 layers, hidden 512, `benchmarks/configs/19m.toml`,
 64 rollouts of <= 64 tokens, 15 steps; the model is made in `models/bench-19m` when missing) and the same
