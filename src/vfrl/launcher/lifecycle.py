@@ -22,25 +22,29 @@ from vfrl.run_dir import RunDir, read_jsonl
 from vfrl.trainer.failure import TRACEBACK_END, TRACEBACK_START
 
 
-def wait_dead(srv: libtmux.Server, session: str, role: str, timeout: float) -> bool:
+def pane_gone(srv: libtmux.Server, session: str, role: str) -> bool:
+    state = tmux.pane_state(srv, session, role)
+    return state is None or state.dead
+
+
+def poll(done: Callable[[], bool], timeout: float, every: float) -> bool:
+    """Until `done()` or `timeout` seconds; whether it came true."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = tmux.pane_state(srv, session, role)
-        if state is None or state.dead:
-            return True
-        time.sleep(0.3)
-    return False
+    while not done():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(every)
+    return True
+
+
+def wait_dead(srv: libtmux.Server, session: str, role: str, timeout: float) -> bool:
+    return poll(lambda: pane_gone(srv, session, role), timeout, every=0.3)
 
 
 def wait_listening(srv: libtmux.Server, session: str, paths: RunDir, timeout: float) -> None:
     """Until vf-train has written its pid (trainer/cli.py: it handles Ctrl-C from then on, stop_signals.py)
     or its pane has died. A pane script runs a few commands before vf-train starts."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and not paths.trainer_pid.exists():
-        state = tmux.pane_state(srv, session, "trainer")
-        if state is None or state.dead:
-            return
-        time.sleep(0.1)
+    poll(lambda: paths.trainer_pid.exists() or pane_gone(srv, session, "trainer"), timeout, every=0.1)
 
 
 def stop_run(srv: libtmux.Server, session: str, trainer_grace: float = 60, grace: float = 30,
