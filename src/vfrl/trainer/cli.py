@@ -38,7 +38,9 @@ def train(
     run_dir = config_path.resolve().parent
     try:
         try:
-            if os.environ.get("RANK", "0") == "0":  # `vf-rl stop` sends its Ctrl-C once this file is there
+            # `vf-rl stop` sends its Ctrl-C once this file is there. The rank comes from the launcher's environment
+            # (accelerate sets RANK): the process group, and so Ranks.is_main, does not exist yet
+            if os.environ.get("RANK", "0") == "0":
                 RunDir(run_dir).trainer_pid.write_text(str(os.getpid()))
             # SIGTERM (Slurm's scancel, a job's time limit) is a stop like Ctrl-C: the step is finished or
             # dropped, the adapters on disk stay whole, and the exit code says interrupted
