@@ -462,27 +462,11 @@ def test_a_failing_episode_is_dropped_and_counted(tiny_model, monkeypatch):
 def test_a_taskset_reward_that_raises_is_a_counted_scoring_failure(tiny_model):
     """v1_flaky_score's reward raises on its odd tasks: verifiers fails those episodes (TaskError, before any
     reward is recorded), and vfrl drops them as scoring failures, counted apart (rollouts_scoring_failed) and
-    held to max_reward_error_fraction (test_step_faults.py), as a failing vfrl rubric function is."""
-    from openai import AsyncOpenAI
-
-    from fake_generate import FakeGenerate
-    from vfrl.config import TrainerArgs
+    held to max_reward_error_fraction (test_rollout_faults.py), as a failing vfrl rubric function is."""
     from vfrl.envs.loader import load_environment
-    from vfrl.trainer.orchestrator import Orchestrator
 
-    env = load_environment("v1-flaky-score")
-
-    async def run():
-        async with FakeGenerate(str(tiny_model)) as fake:
-            client = AsyncOpenAI(base_url=fake.base_url, api_key="k")
-            args = TrainerArgs(batch_size=8, rollouts_per_example=2, max_tokens=8, eval_strategy="no",
-                               max_reward_error_fraction=0.5)  # 4 of the 8 fail: at the limit, not above it
-            try:
-                return await Orchestrator(env, client, args).generate(0, "policy-0", 0)
-            finally:
-                await env.aclose()
-
-    batch = asyncio.run(run())  # the 4 tasks, 2 episodes each
+    # the 4 tasks, 2 episodes each; 4 of the 8 fail: at the default limit (0.5), not above it
+    batch, _ = fake_generated_batch(load_environment("v1-flaky-score"), tiny_model, "policy-0", 0, examples=4)
     assert sorted({r.example_id % 2 for r in batch.rollouts}) == [0] and len(batch.rollouts) == 4
     assert batch.metrics["rollouts_scoring_failed"] == 4.0 and batch.metrics["rollouts_dropped"] == 4.0
     assert "4 of 8 rollouts dropped: 4 scoring failed (verifiers scoring failed, TaskError:" in batch.warning
