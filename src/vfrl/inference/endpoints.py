@@ -10,3 +10,8 @@ def server_root(base_url: str) -> str:
 def client_host(host: str) -> str:
     """The address a client on this machine dials for a server bound to `host` (a wildcard bind -> loopback)."""
     return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
+def route_path(scope: dict) -> str:
+    """The path an ASGI request names on the server, without the `--root-path` vLLM may serve under."""
+    return scope.get("path", "").removeprefix(scope.get("root_path", ""))

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 
+from vfrl.inference.endpoints import route_path
+
 GENERATE_PATH = "/inference/v1/generate"
 
 
@@ -32,8 +34,7 @@ class TokenIdPlaceholders:
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        path = scope.get("path", "").removeprefix(scope.get("root_path", "")) if scope["type"] == "http" else ""
-        if path != GENERATE_PATH:
+        if scope["type"] != "http" or route_path(scope) != GENERATE_PATH:
             return await self.app(scope, receive, send)
         start: dict | None = None
         body: list[bytes] = []

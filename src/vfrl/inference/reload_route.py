@@ -16,6 +16,8 @@ the trainer stops on the error.
 
 from __future__ import annotations
 
+from vfrl.inference.endpoints import route_path
+
 RELOAD_PATH = "/vfrl/reload_weights"
 
 
@@ -42,8 +44,7 @@ class ReloadRoute:
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        path = scope.get("path", "").removeprefix(scope.get("root_path", "")) if scope["type"] == "http" else ""
-        if path != RELOAD_PATH:
+        if scope["type"] != "http" or route_path(scope) != RELOAD_PATH:
             return await self.app(scope, receive, send)
         from starlette.requests import Request
         from starlette.responses import JSONResponse

@@ -25,6 +25,7 @@ from typing import Annotated, Any
 import typer
 
 from vfrl.config import load_config
+from vfrl.inference.endpoints import route_path
 from vfrl.inference.lora_ranks import lora_rank_ceiling
 from vfrl.inference.reload_route import RELOAD_MIDDLEWARE
 
@@ -85,8 +86,7 @@ class RequireApiKey:
     def allowed(self, scope) -> bool:
         from starlette.datastructures import Headers
 
-        # scope["path"] carries --root-path when vLLM serves under one
-        if scope["path"].removeprefix(scope.get("root_path", "")) in OPEN_PATHS:
+        if route_path(scope) in OPEN_PATHS:
             return True
         headers = Headers(scope=scope)
         if scope.get("method") == "OPTIONS" and "origin" in headers and "access-control-request-method" in headers:
