@@ -29,6 +29,22 @@ def tmux_socket(kind: str, tmp_path: Path) -> str:
     return f"vfrl-{kind}-{os.getpid()}-{tmp_path.name}"
 
 
+def against_server(cfg: Path, base_url: str, api_key_var: str = "SHARED_VLLM_KEY") -> Path:
+    """Config file `cfg`, rewritten to train against the running server at `base_url` (inference.base_url, its
+    API key in $api_key_var) instead of starting a vLLM of its own."""
+    import tomllib
+
+    config = tomllib.loads(cfg.read_text())
+    config["inference"] = {"base_url": base_url, "api_key_var": api_key_var}
+    cfg.write_text(tomli_w.dumps(config))
+    return cfg
+
+
+def log_since(log: Path, offset: int) -> str:
+    """What a server log (others' requests in it too) got from byte `offset` on."""
+    return log.read_bytes()[offset:].decode(errors="replace")
+
+
 def train_package_two_steps(tmp_path: Path, model: Path, env: dict, pythonpath: Path, examples_per_step: int = 2,
                             traces_per_episode: int = 1, server: "SharedServer | None" = None, **trainer_args):
     """`vf-rl @ config` (real tmux, real vf-vllm) on the environment package `env` ([env] table) found on
@@ -46,10 +62,10 @@ def train_package_two_steps(tmp_path: Path, model: Path, env: dict, pythonpath: 
                        rollouts_per_example=2, eval_strategy="no", **trainer_args)
     config = tomllib.loads(cfg.read_text())
     config["env"] = env
-    if server is not None:
-        config["inference"] = {"base_url": server.base_url, "api_key_var": "SHARED_VLLM_KEY"}
-        log_start = server.log.stat().st_size
     cfg.write_text(tomli_w.dumps(config))
+    if server is not None:
+        against_server(cfg, server.base_url)
+        log_start = server.log.stat().st_size
     socket_name = tmux_socket("pkg", tmp_path)
     try:
         done = subprocess.run([str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", socket_name],
@@ -63,7 +79,7 @@ def train_package_two_steps(tmp_path: Path, model: Path, env: dict, pythonpath: 
     if server is None:
         server_log = (run_dir / "logs" / "inference.log").read_text()
     else:
-        server_log = server.log.read_bytes()[log_start:].decode(errors="replace")
+        server_log = log_since(server.log, log_start)
     for version in (0, 1, 2):  # the base as policy-0, then one adapter per step
         assert f"Loaded new LoRA adapter: name 'policy-{version}'" in server_log
     steps = read_jsonl(RunDir(run_dir).metrics)

@@ -15,14 +15,12 @@ import signal
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 import pytest
-import tomli_w
 import torch
 
-from conftest import BIN, SharedServer, write_config, tmux_socket
+from conftest import BIN, SharedServer, against_server, log_since, write_config, tmux_socket
 from vfrl.envs.environment import Rollout
 from vfrl.launcher.plot import read_metrics
 from vfrl.launcher.resume import ResumeError, find_checkpoint
@@ -256,11 +254,8 @@ def rollouts(run_dir: Path, step: int) -> list[dict]:
 def run_config(path: Path, model: Path, output_dir: Path, run_name: str, server: SharedServer) -> Path:
     """RUN_ARGS against the session's vf-vllm (inference.base_url): a run that starts its own vLLM, is resumed
     and starts another is test_faults_e2e's; here the three runs share one server, one after the other."""
-    cfg = write_config(path, model, port=0, output_dir=output_dir, run_name=run_name, **RUN_ARGS)
-    config = tomllib.loads(cfg.read_text())
-    config["inference"] = {"base_url": server.base_url, "api_key_var": "SHARED_VLLM_KEY"}
-    cfg.write_text(tomli_w.dumps(config))
-    return cfg
+    return against_server(write_config(path, model, port=0, output_dir=output_dir, run_name=run_name, **RUN_ARGS),
+                          server.base_url)
 
 
 @pytest.fixture(scope="module")
@@ -294,9 +289,7 @@ def runs(tmp_path_factory, tiny_model, shared_vllm_server):
         p = vf_rl(cfg, sock, "--resume", cwd=tmp)
         procs.append(p)
         out["resumed"] = (p.communicate(timeout=600)[0], p.returncode)
-        with open(shared_vllm_server.log, "rb") as log:
-            log.seek(log_start)
-            out["server_log"] = log.read().decode(errors="replace")
+        out["server_log"] = log_since(shared_vllm_server.log, log_start)
         yield tmp / "outputs" / "full", run_dir, out
     finally:
         for p in procs:

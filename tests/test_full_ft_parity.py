@@ -16,7 +16,7 @@ import tomli_w
 import torch
 
 from conftest import (
-    BIN, assert_only_health_is_open, free_port, max_logprob_gap, trained_like_adapter, vf_vllm, write_config, tmux_socket,
+    BIN, against_server, assert_only_health_is_open, log_since, free_port, max_logprob_gap, trained_like_adapter, vf_vllm, write_config, tmux_socket,
 )
 
 API_KEY = "test-key"
@@ -246,9 +246,7 @@ def three_steps_reloading_every_weight(tmp_path, tiny_model, socket_label: str, 
     cfg = write_config(tmp_path / "cfg.toml", tiny_model, port=0, output_dir=tmp_path / "outputs", max_steps=3,
                        **trainer_args)
     base_url, server_dir = server
-    config = tomllib.loads(cfg.read_text())
-    config["inference"] = {"base_url": base_url, "api_key_var": "FULL_FT_VLLM_KEY"}
-    cfg.write_text(tomli_w.dumps(config))
+    against_server(cfg, base_url, "FULL_FT_VLLM_KEY")
     log_start = (server_dir / "server.log").stat().st_size
     try:
         proc = subprocess.run([str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", socket_name],
@@ -262,7 +260,7 @@ def three_steps_reloading_every_weight(tmp_path, tiny_model, socket_label: str, 
     assert [m["step"] for m in steps] == [1, 2, 3]
     assert [m["policy_version"] for m in steps] == [0, 0, 1]  # batch n sampled by policy n-1 (batch 0: the base)
     assert all(m["mismatch_kl"] < 0.01 for m in steps), [m["mismatch_kl"] for m in steps]  # served == trained
-    server_log = (server_dir / "server.log").read_bytes()[log_start:].decode(errors="replace")
+    server_log = log_since(server_dir / "server.log", log_start)
     for version in (0, 1, 2, 3):  # the base weights, then one reload per optimizer step
         assert f"vfrl: loaded weights version {version} from" in server_log
     return run_dir, steps

@@ -22,7 +22,7 @@ import pytest
 import tomli_w
 
 import test_multiprocess_trainer as one_node
-from conftest import free_port, tmux_socket, write_config
+from conftest import against_server, free_port, log_since, tmux_socket, write_config
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
@@ -185,9 +185,9 @@ def two_node_run(shared_vllm_server, tiny_model, tmp_path_factory):
     cfg = write_config(tmp / "cfg.toml", tiny_model, port=0, output_dir=tmp / "outputs", max_steps=3,
                        batch_size=8, micro_batch_size=2)
     data = tomllib.loads(cfg.read_text())
-    data["inference"] = {"base_url": srv.base_url, "api_key_var": "REMOTE_VLLM_KEY"}
     data["trainer"] |= {"gpus": 0, "nodes": 2, "main_port": free_port()}  # main_address: left to vf-rl
     cfg.write_text(tomli_w.dumps(data))
+    against_server(cfg, srv.base_url, "REMOTE_VLLM_KEY")
     env = no_slurm_env(REMOTE_VLLM_KEY=srv.api_key)
     server_log_start = srv.log.stat().st_size
     run_dir = tmp / "outputs" / "test"
@@ -208,7 +208,7 @@ def two_node_run(shared_vllm_server, tiny_model, tmp_path_factory):
         subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True)  # the detached session
     left = subprocess.run(["pgrep", "-af", str(run_dir)], capture_output=True, text=True).stdout.splitlines()
     try:
-        yield started, node1, second, run_dir, srv.log.read_bytes()[server_log_start:].decode(errors="replace"), left
+        yield started, node1, second, run_dir, log_since(srv.log, server_log_start), left
     finally:
         for line in left:  # a rank of a failed run: it must not outlive the test
             subprocess.run(["kill", "-9", line.split()[0]], capture_output=True)

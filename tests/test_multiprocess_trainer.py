@@ -129,7 +129,7 @@ def test_cpu_plan_launches_n_gloo_processes(tmp_path):
 @pytest.mark.e2e
 def test_vf_rl_with_two_cpu_trainer_processes(tmp_path, tiny_model, shared_vllm_server):
     """Against the session's vf-vllm (inference.base_url): what is under test is the trainer's two processes."""
-    from conftest import SharedServer, write_config
+    from conftest import SharedServer, against_server, log_since, write_config
     from vfrl.launcher.plot import read_metrics
 
     socket_name = tmux_socket("mp", tmp_path)
@@ -137,8 +137,8 @@ def test_vf_rl_with_two_cpu_trainer_processes(tmp_path, tiny_model, shared_vllm_
                        batch_size=8, micro_batch_size=2, save_strategy="steps", save_steps=2)
     data = tomllib.loads(cfg.read_text())
     data["trainer"] |= {"gpus": 0, "processes": 2}
-    data["inference"] = {"base_url": shared_vllm_server.base_url, "api_key_var": "SHARED_VLLM_KEY"}
     cfg.write_text(tomli_w.dumps(data))
+    against_server(cfg, shared_vllm_server.base_url)
     vf_rl = [str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", socket_name]
     run_dir = tmp_path / "outputs" / "test"
     log_start = shared_vllm_server.log.stat().st_size
@@ -148,7 +148,7 @@ def test_vf_rl_with_two_cpu_trainer_processes(tmp_path, tiny_model, shared_vllm_
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         first = [r for r in read_metrics(run_dir) if "loss" in r]
         trainer_log = (run_dir / "logs" / "trainer.log").read_text()
-        server_log = shared_vllm_server.log.read_bytes()[log_start:].decode(errors="replace")
+        server_log = log_since(shared_vllm_server.log, log_start)
     finally:
         subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True)
     assert (run_dir / "trainer.exitcode").read_text().strip() == "0"

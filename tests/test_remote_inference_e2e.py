@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conftest import tmux_socket
+from conftest import log_since, tmux_socket
 from vfrl.launcher.plot import read_metrics
 from vfrl.launcher.procs import pid_alive
 
@@ -36,7 +36,7 @@ def remote_run(shared_vllm_server, tiny_model, tmp_path_factory):
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp, timeout=600,
                               env={**os.environ, "REMOTE_VLLM_KEY": srv.api_key})
-        yield proc, tmp / "outputs" / "quickstart", srv, srv.log.read_bytes()[server_log_start:].decode(errors="replace")
+        yield proc, tmp / "outputs" / "quickstart", srv, log_since(srv.log, server_log_start)
     finally:
         subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True)
 
