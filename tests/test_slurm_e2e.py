@@ -88,7 +88,8 @@ def test_status_and_stop_work_on_a_running_slurm_job(cluster, workdir):
         assert status.stdout.startswith(f"slurm job {job}: RUNNING, trainer running, inference running, step "), status
         stopped = vf_rl("stop", str(run_dir))
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-        assert f"stopped slurm job {job} (trainer exit code 130)" in stopped.stdout
+        assert f"stopped slurm job {job} (trainer exit code 130)" in stopped.stdout, (
+            stopped.stdout + (run_dir / "logs/trainer.log").read_text()[-3000:])
     finally:
         subprocess.run(["scancel", job], capture_output=True)
     assert slurm.job_state(job) is None

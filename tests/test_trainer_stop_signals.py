@@ -78,3 +78,47 @@ def test_vf_train_stopped_during_start_up_exits_130_without_a_traceback(tmp_path
     assert train.returncode == 130, out
     assert "Traceback" not in out and "Aborted" not in out, out
     assert out.rstrip().endswith("vf-train: interrupted; the adapters in the run directory are complete"), out
+
+
+def test_a_run_that_fails_after_a_sigterm_exits_130(tmp_path):
+    """Slurm's scancel sends SIGTERM to every process of the job at once: vLLM may be gone before vf-train acts
+    on its own signal, and the stop then reaches vf-train as a lost server (CI saw exit code 3). vf-train
+    remembers the signal and exits 130, the failure's own line printed too. Here the KeyboardInterrupt of the
+    SIGTERM is replaced by the failure of a cleanup, as a request to the stopped server fails."""
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    script = (
+        "import os, signal, sys, time\n"
+        "from vfrl.trainer import cli, entry\n"
+        "from vfrl.trainer.failure import EXIT_INFERENCE_LOST, TrainingStopped\n"
+        "def run(config_path, run_dir, base_url):\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        time.sleep(30)\n"
+        "    finally:\n"
+        "        raise TrainingStopped(EXIT_INFERENCE_LOST, 'vf-train: the vLLM server (pid 1) exited. Kept.')\n"
+        "cli.run = run\n"
+        f"sys.argv = ['vf-train', '@', {str(config)!r}]\n"
+        "entry.main()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130, done.stdout + done.stderr
+    assert "vf-train: the vLLM server (pid 1) exited. Kept." in done.stderr
+    assert done.stdout.strip().splitlines()[-1] == ("vf-train: interrupted (a SIGTERM came too: the line above is "
+                                                    "part of the stop); the adapters in the run directory are complete")
+    assert "Traceback" not in done.stderr
+
+
+def test_without_a_stop_signal_a_failed_run_keeps_its_exit_code(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    script = (
+        "import sys\n"
+        "from vfrl.trainer import cli, entry\n"
+        "from vfrl.trainer.failure import EXIT_INFERENCE_LOST, TrainingStopped\n"
+        "def run(config_path, run_dir, base_url):\n"
+        "    raise TrainingStopped(EXIT_INFERENCE_LOST, 'vf-train: the vLLM server (pid 1) exited. Kept.')\n"
+        "cli.run = run\n"
+        f"sys.argv = ['vf-train', '@', {str(config)!r}]\n"
+        "entry.main()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3 and "interrupted" not in done.stdout, done.stdout + done.stderr

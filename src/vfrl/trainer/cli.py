@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -48,19 +47,30 @@ def train(
             pin(os.environ.get(TRAINER_CORES_ENV))  # no GPU: the cores vLLM does not use (cpu_cores.py)
             run(config_path, run_dir, base_url)
         finally:  # on the way out: a late or second Ctrl-C must not raise inside an atexit hook (a traceback)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            stop_signals.quiet()
     except KeyboardInterrupt:  # Ctrl-C in the pane or `vf-rl stop`: adapters are written atomically, so whole
-        print("vf-train: interrupted; the adapters in the run directory are complete", flush=True)
+        print(INTERRUPTED.format(""), flush=True)
         raise typer.Exit(EXIT_INTERRUPTED)
     except TrainingStopped as e:  # dealt with: steps kept, traceback logged
         print(e.line, file=sys.stderr, flush=True)
-        raise typer.Exit(e.code)
+        raise typer.Exit(stopped_or(e.code))
     except Exception as e:  # before training began (model, environment, ...): one line, the story in the log
         log = RunDir(run_dir).log("trainer")
         log_traceback(log, e)
         print(f"vf-train: error: {describe(e)} (traceback in {log})", file=sys.stderr, flush=True)
-        raise typer.Exit(EXIT_ERROR)
+        raise typer.Exit(stopped_or(EXIT_ERROR))
+
+
+INTERRUPTED = "vf-train: interrupted{}; the adapters in the run directory are complete"
+
+
+def stopped_or(code: int) -> int:
+    """The exit code of a run that failed: 130 where a SIGTERM had asked it to stop. Slurm's scancel sends one to
+    every process of the job, and vLLM may be gone before the trainer acts on its own: the run was stopped."""
+    if not stop_signals.requested():
+        return code
+    print(INTERRUPTED.format(" (a SIGTERM came too: the line above is part of the stop)"), flush=True)
+    return EXIT_INTERRUPTED
 
 
 def run(config_path: Path, run_dir: Path, base_url: str | None) -> None:

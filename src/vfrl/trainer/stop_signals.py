@@ -6,6 +6,10 @@ out, exit code 1 instead of 130), and click, which parses vf-train's arguments, 
 "Aborted!" and exit code 1. So vf-train holds both signals from its first line until its arguments are parsed
 and its modules imported (a few seconds), then `release` makes them raise KeyboardInterrupt as usual, and
 raises one at once if a signal came while they were held: a stop at any moment of start-up exits 130.
+
+Every SIGTERM is also remembered (`requested`): Slurm's scancel sends it to the job's every process at once,
+vLLM included, and the trainer may see its server gone before its own signal is acted on. That run was
+stopped, not lost: vf-train still exits 130.
 """
 
 from __future__ import annotations
@@ -13,12 +17,23 @@ from __future__ import annotations
 import signal
 
 _held: list[int] = []
+_seen: list[int] = []  # every SIGTERM since vf-train started, and any stop signal once it is on its way out
 
 
 def _remember(signum: int, frame: object) -> None:
     if not _held:
         print("vf-train: stopping once start-up is done (a few seconds)", flush=True)
     _held.append(signum)
+    _seen.append(signum)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    _seen.append(signum)
+    signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as Ctrl-C
+
+
+def _note(signum: int, frame: object) -> None:
+    _seen.append(signum)
 
 
 def hold() -> None:
@@ -28,8 +43,20 @@ def hold() -> None:
 
 def release() -> None:
     """From here on SIGINT and SIGTERM (Slurm's scancel, a job's time limit) raise KeyboardInterrupt; one that
-    came while they were held raises it now."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.default_int_handler)
+    came while they were held raises it now. SIGINT keeps Python's own handler, so that asyncio.Runner can
+    take Ctrl-C over (it cancels the loop's main task instead of raising in the middle of a callback)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _terminate)
     if _held:
         raise KeyboardInterrupt
+
+
+def quiet() -> None:
+    """On the way out: a late or second stop signal is noted, never raised (no traceback from an atexit hook)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _note)
+
+
+def requested() -> bool:
+    """Did a SIGTERM (or a signal on the way out) ask vf-train to stop?"""
+    return bool(_seen)
