@@ -469,7 +469,9 @@ def test_a_taskset_reward_that_raises_is_a_counted_scoring_failure(tiny_model):
     batch, _ = fake_generated_batch(load_environment("v1-flaky-score"), tiny_model, "policy-0", 0, examples=4)
     assert sorted({r.example_id % 2 for r in batch.rollouts}) == [0] and len(batch.rollouts) == 4
     assert batch.metrics["rollouts_scoring_failed"] == 4.0 and batch.metrics["rollouts_dropped"] == 4.0
-    assert "4 of 8 rollouts dropped: 4 scoring failed (verifiers scoring failed, TaskError:" in batch.warning
+    # the reward that raised, named with its line (verifiers' own message names the task class only)
+    assert ("4 of 8 rollouts dropped: 4 scoring failed (verifiers scoring failed in @vf.reward exact "
+            "(v1_flaky_score/__init__.py:22), TaskError:") in batch.warning, batch.warning
     assert "no reference for task" in batch.warning and "\n" not in batch.warning
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,19 @@ def scoring_failed(episode, errors) -> bool:
     return unscored and any(e.type == "TaskError" for e in errors)
 
 
+def failing_signal(episode, errors) -> str | None:
+    """Which `@vf.reward`/`@vf.metric` raised, as "@vf.reward exact (pkg/__init__.py:22)": the innermost frame
+    of the error's traceback that is one of the signals left unscored (verifiers names the taskset only)."""
+    unscored = {name: kind for t in episode.traces for kind, signals in (("reward", t.rewards), ("metric", t.metrics))
+                for name, v in signals.items() if v is None}
+    for e in errors:
+        frames = re.findall(r'File "([^"]+)", line (\d+), in (\w+)', getattr(e, "traceback", None) or "")
+        for path, line, name in reversed(frames):
+            if name in unscored:
+                return f"@vf.{unscored[name]} {name} ({'/'.join(Path(path).parts[-2:])}:{line})"
+    return None
+
+
 def episode_rollouts(episode, example_id: int, answer: Any, policy: str) -> list[Rollout]:
     """A Rollout per trace of a trainable agent (judges' traces are left out); DroppedEpisode for a
     failed episode or one with no sampled token to train."""
@@ -167,7 +181,9 @@ def episode_rollouts(episode, example_id: int, answer: Any, policy: str) -> list
         errors = [e for t in episode.traces for e in t.errors] + list(episode.errors)
         why = f"{errors[0].type}: {errors[0].message}" if errors else "it did not complete"
         if scoring_failed(episode, errors):
-            raise DroppedEpisode("scoring_failed", one_line(f"verifiers scoring failed, {why}", 300))
+            where = failing_signal(episode, errors)
+            raise DroppedEpisode("scoring_failed", one_line(f"verifiers scoring failed{f' in {where}' if where else ''}, "
+                                                            f"{why}", 300))
         raise DroppedEpisode("failed", one_line(f"verifiers episode failed, {why}", 300))
     rollouts = [trace_rollout(t, example_id, answer, policy) for t in episode.traces
                 if getattr(t.agent, "trainable", True)]
