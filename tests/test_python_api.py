@@ -1,6 +1,7 @@
 """Training from a Python script (vfrl.grpo): the guide's names, the TOML's errors, and a real run."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -70,7 +71,7 @@ SETUP = """
     args.max_completion_length = 8
     args.num_eval_examples = 16  # each evaluate(): 16 rollouts (the default 64 only costs test time)
     trainer = vf.GRPOTrainer(model=model, processing_class=tokenizer, env=env, args=args,
-                             peft_config=vf.lora_defaults(),
+                             peft_config=vf.lora_defaults(),{server}
                              inference={{"args": {{"dtype": "float32", "max_model_len": 256, "enforce_eager": True}}}})
 """
 SCRIPT = SETUP + """
@@ -90,9 +91,9 @@ def test_the_guides_script_trains_for_real(tmp_path, tiny_model):
     the training and an eval of the trained policy, stopped when the script ends; an adapter loaded each
     step, the same metrics and run directory as vf-rl's, nothing left running."""
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent(SCRIPT.format(model=str(tiny_model), per_device=8)))
+    script.write_text(textwrap.dedent(SCRIPT.format(model=str(tiny_model), per_device=8, server="")))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=900,
-                          env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": ""})
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     run_dir = Path(done.stdout.split("RUN_DIR ")[-1].strip())
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -130,16 +131,24 @@ LAUNCHED_SCRIPT = SETUP + """
 
 
 @pytest.mark.e2e
-def test_the_script_under_accelerate_launch_trains_with_two_processes(tmp_path, tiny_model):
+def test_the_script_under_accelerate_launch_trains_with_two_processes(tmp_path, tiny_model, shared_vllm_server):
     """`accelerate launch --num-processes 2 train.py` on the CPU (gloo), as vf-rl launches vf-train: process 0
-    starts the one vf-vllm and hands the plan to process 1; both train every step (rank 0 alone samples), and
-    the run is the same as one process's: one metrics line per step, one console, each adapter loaded once."""
+    makes the plan and hands it, the server's URL and key to process 1; both train every step (rank 0 alone
+    samples), and the run is the same as one process's: one metrics line per step, one console, each adapter
+    loaded once. Against the session's vf-vllm (`vllm_base_url`), so that no vLLM start-up is paid here:
+    that process 0 alone would start one is the next test, and a start by the API for real is the guide's script."""
+    from conftest import log_since
+
+    srv = shared_vllm_server
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent(LAUNCHED_SCRIPT.format(model=str(tiny_model), per_device=4)))  # x 2 processes
+    script.write_text(textwrap.dedent(LAUNCHED_SCRIPT.format(model=str(tiny_model), per_device=4,  # x 2 processes
+                                                             server=f"vllm_base_url={srv.base_url!r},")))
     accelerate = str(Path(sys.executable).parent / "accelerate")
     launch = [accelerate, "launch", "--multi-gpu", "--num-processes", "2", "--num-machines", "1", "--mixed-precision",
               "no", "--dynamo-backend", "no", "--main-process-port", "0", str(script)]
-    env = {**__import__("os").environ, "CUDA_VISIBLE_DEVICES": "", "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1",
+           "VFRL_API_KEY": srv.api_key}
+    loaded_from = srv.log.stat().st_size
     done = subprocess.run(launch, capture_output=True, text=True, cwd=tmp_path, timeout=900, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     # process 0 evaluated (16 rollouts before and after); process 1 got {} from evaluate()
@@ -151,11 +160,42 @@ def test_the_script_under_accelerate_launch_trains_with_two_processes(tmp_path, 
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics if "loss" in m] == [1, 2, 3]  # written once, by process 0
     assert len((run_dir / "rollouts" / "step_3.jsonl").read_text().splitlines()) == 8  # 4 per process x 2
-    server_log = (run_dir / "logs" / "inference.log").read_text()
-    assert server_log.count("Started server process") == 1
+    server_log = log_since(srv.log, loaded_from)
     for version in range(4):
         assert server_log.count(f"Loaded new LoRA adapter: name 'policy-{version}'") == 1, version
     assert done.stdout.count("step 3/3 | reward") == 1  # one console
     assert (tmp_path / "saved-adapter" / "adapter_config.json").exists()
     left = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True).stdout.split()
     assert left == [], left
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_under_accelerate_launch_process_0_alone_starts_the_server_and_hands_the_plan_over(monkeypatch, rank):
+    """Each process calls _serve; process 0 makes the plan and starts vf-vllm, the others get plan, URL and key
+    from it in one broadcast (here a fake of torch.distributed's), and nobody broadcasts again."""
+    import accelerate
+    from torch import distributed
+
+    from vfrl import grpo
+
+    started = []
+
+    def serve_here(self):
+        started.append(rank)
+        self.url, self.api_key = "http://127.0.0.1:1/v1", "k"
+        return "plan"
+
+    def broadcast(box, src):
+        assert src == 0 and (box[0] == "plan") == (rank == 0)
+        box[:] = ["plan", "http://127.0.0.1:1/v1", "k"]
+
+    trainer = grpo.GRPOTrainer(model="m", env="reverse-text")
+    monkeypatch.setattr(grpo, "launched_rank", lambda: (rank, 2))
+    monkeypatch.setattr(grpo.GRPOTrainer, "_serve_here", serve_here)
+    monkeypatch.setattr(accelerate, "PartialState", lambda: None)
+    monkeypatch.setattr(distributed, "broadcast_object_list", broadcast)
+    assert trainer._serve() == "plan" and (trainer.url, trainer.api_key) == ("http://127.0.0.1:1/v1", "k")
+    assert started == ([0] if rank == 0 else [])
+    monkeypatch.setattr(distributed, "broadcast_object_list", lambda *a, **k: pytest.fail("a second broadcast"))
+    trainer._serve()  # train() after evaluate(): the plan is known
+    assert started == ([0, 0] if rank == 0 else [])  # process 0 checks its server is still up (_serve_here)

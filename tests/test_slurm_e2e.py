@@ -1,10 +1,12 @@
 """A real Slurm: scripts/install_slurm.sh makes this machine a one-node cluster (Debian's slurmctld, slurmd,
-munge), then `vf-rl @ configs/rl/quickstart.toml --slurm --submit` runs the quick start as a batch job: the
-real vLLM CPU server and the real trainer, started by the job's script instead of tmux. One job trains 3
-steps and must end with exit 0 and its metrics; another is seen running by `vf-rl status RUN_DIR` and ended
-by `vf-rl stop RUN_DIR` (scancel), leaving no process. Skipped, in one line, where Slurm cannot be installed."""
+munge), then `vf-rl @ configs/rl/quickstart.toml --slurm --submit` runs the quick start as a batch job. One
+job, the real vLLM CPU server and the real trainer started by the job's script instead of tmux, is seen
+running by `vf-rl status RUN_DIR` and ended by `vf-rl stop RUN_DIR` (scancel), leaving no process. Another,
+the trainer alone against the session's vf-vllm (inference.base_url: a server the cluster already runs),
+trains 3 steps and must end with exit 0 and its metrics. Skipped, in one line, where Slurm cannot be installed."""
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import log_since
 from vfrl.launcher import procs, slurm
 
 pytestmark = pytest.mark.e2e
@@ -33,9 +36,9 @@ def workdir(tmp_path):
     return tmp_path
 
 
-def submit(workdir: Path, *overrides: str) -> Path:
+def submit(workdir: Path, *overrides: str, env: dict | None = None) -> Path:
     done = subprocess.run([VF_RL, "@", str(ROOT / "configs/rl/quickstart.toml"), "--slurm", "--submit", *overrides],
-                          capture_output=True, text=True, cwd=workdir, timeout=120)
+                          capture_output=True, text=True, cwd=workdir, timeout=120, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "submitted batch job" in done.stdout
     return workdir / "outputs" / "quickstart"
@@ -62,8 +65,15 @@ def vf_rl(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([VF_RL, *args], capture_output=True, text=True, timeout=300)
 
 
-def test_the_quick_start_runs_as_a_slurm_job_and_ends_with_exit_0(cluster, workdir):
-    run_dir = submit(workdir, "--trainer.args.max_steps", "3")
+def test_the_quick_start_runs_as_a_slurm_job_and_ends_with_exit_0(cluster, workdir, shared_vllm_server, tiny_model):
+    """Against a running server: the next test's job starts its own vLLM, and a second start-up costs ~30 s."""
+    srv = shared_vllm_server
+    loaded_from = srv.log.stat().st_size
+    run_dir = submit(workdir, "--trainer.args.max_steps", "3", "--model", str(tiny_model),
+                     "--inference.base_url", srv.base_url,
+                     "--inference.api_key_var", "REMOTE_VLLM_KEY",
+                     "--trainer.args.lora_sync", "adapter",  # the shared server serves runtime LoRA; the quick start merges
+                     env={**os.environ, "REMOTE_VLLM_KEY": srv.api_key})
     job = slurm.job_id(run_dir)
     assert job, "vf-rl recorded no job id"
     wait_until(lambda: slurm.job_state(job) is None, 900, f"slurm job {job} ending")
@@ -74,7 +84,10 @@ def test_the_quick_start_runs_as_a_slurm_job_and_ends_with_exit_0(cluster, workd
     assert all(0 <= m["reward_mean"] <= 1 and m["rollouts_dropped"] == 0 and m["loss_tokens"] > 0 for m in steps), steps
     assert (run_dir / "adapters").is_dir()
     # the pane scripts' own words go to Slurm's output of the batch script, under the run directory
-    assert "vf-rl: trainer exited with code 0; inference server stopped." in (run_dir / f"logs/slurm-{job}.out").read_text()
+    assert ("vf-rl: trainer exited with code 0; the inference server at " in
+            (run_dir / f"logs/slurm-{job}.out").read_text())
+    for version in range(4):  # the job's trainer pushed each policy into the server it was given
+        assert f"Loaded new LoRA adapter: name 'policy-{version}'" in log_since(srv.log, loaded_from)
     assert vf_rl("status", str(run_dir)).stdout.startswith(f"slurm job {job}: ended, trainer exited 0, ")
     assert not procs.pane_processes([], run_dir.resolve())
 
