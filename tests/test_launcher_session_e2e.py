@@ -6,6 +6,7 @@ port is free, and every adapter on disk loads.
 """
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_config, tmux_socket
+from conftest import against_server, tmux_socket, write_config
 from test_launcher_session import fake_run
 from vfrl.launcher import procs, tmux
 
@@ -35,8 +36,8 @@ def socket_name(tmp_path_factory):
     subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
 
 
-def vf_rl(*args, cwd, timeout=180):
-    return subprocess.run([VF_RL, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+def vf_rl(*args, cwd, timeout=180, env=None):
+    return subprocess.run([VF_RL, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env)
 
 
 def wait_for_a_step(run_dir: Path, timeout: float = 400) -> None:
@@ -81,14 +82,19 @@ def assert_adapters_intact(run_dir: Path) -> None:
         assert load_file(d / "adapter_model.safetensors")
 
 
-def start_run(tmp: Path, tiny_model: Path, socket_name: str, *extra: str) -> tuple[Path, Path]:
-    """A real `vf-rl @ cfg --detach` that trains until stopped, once it has logged a step.
+def start_run(tmp: Path, tiny_model: Path, socket_name: str, *extra: str, server=None) -> tuple[Path, Path]:
+    """A real `vf-rl @ cfg --detach` that trains until stopped, once it has logged a step; against `server`
+    (a conftest.SharedServer) when given, else with a vLLM of its own.
 
     One run at a time: two vLLMs and two trainers on 2 cores starved the second vLLM's start-up past
     every timeout (its first request waited minutes), and a run with a step budget could end before
     the test looked at it (a step takes ~0.3 s on an idle machine)."""
     cfg = write_config(tmp / "cfg.toml", tiny_model, port=0, output_dir=tmp / "outputs", max_steps=1_000_000)
-    started = vf_rl("@", str(cfg), "--detach", "--tmux-socket", socket_name, *extra, cwd=tmp)
+    env = None
+    if server is not None:
+        against_server(cfg, server.base_url)
+        env = {**os.environ, "SHARED_VLLM_KEY": server.api_key}
+    started = vf_rl("@", str(cfg), "--detach", "--tmux-socket", socket_name, *extra, cwd=tmp, env=env)
     assert started.returncode == 0, started.stderr
     run_dir = tmp / "outputs" / "test"
     wait_for_a_step(run_dir)
@@ -123,12 +129,15 @@ def test_vf_rl_stop_ends_a_real_run_and_leaves_no_process(tmp_path, tiny_model, 
 
 
 @pytest.fixture(scope="module")
-def ctrlc_run(tmp_path_factory, tiny_model, socket_name):
-    """A real run started with --replace over a running vf-rl session of the same name."""
+def ctrlc_run(tmp_path_factory, tiny_model, socket_name, shared_vllm_server):
+    """A real run started with --replace over a running vf-rl session of the same name. It trains against
+    the session's vf-vllm: Ctrl-C is the trainer's to handle, and the trainer pane's epilogue stopping vf-rl's
+    own server is the `vf-rl stop` test above (stop sends the same Ctrl-C)."""
     tmp = tmp_path_factory.mktemp("runs")
     (tmp / "new").mkdir(), (tmp / "old").mkdir()
     _, old_pids = fake_run(tmp / "old", socket_name, "ctrlc")
-    cfg, run_dir = start_run(tmp / "new", tiny_model, socket_name, "--session", "ctrlc", "--replace")
+    cfg, run_dir = start_run(tmp / "new", tiny_model, socket_name, "--session", "ctrlc", "--replace",
+                             server=shared_vllm_server)
     return cfg, run_dir, old_pids
 
 
@@ -137,12 +146,14 @@ def test_replace_stopped_the_old_session_first(ctrlc_run):
     assert procs.alive(old_pids) == set()
 
 
-def test_ctrl_c_twice_in_the_trainer_pane_stops_both_processes(ctrlc_run, socket_name):
+def test_ctrl_c_twice_in_the_trainer_pane_stops_the_run(ctrlc_run, socket_name, shared_vllm_server):
     """The impatient user presses Ctrl-C twice: the second one must not turn a clean stop into a traceback
-    (`vf-rl stop`, above, sends exactly one)."""
+    (`vf-rl stop`, above, sends exactly one). The server it trained against is not the run's: it stays up."""
     cfg, run_dir, _ = ctrlc_run
-    pids = run_processes(socket_name, "ctrlc", run_dir)
     srv = tmux.server(socket_name)
+    assert not (run_dir / "trainer.exitcode").exists(), (run_dir / "logs" / "trainer.log").read_text()[-2000:]
+    pids = procs.pane_processes([tmux.pane_state(srv, "ctrlc", role).pid for role in ("trainer", "metrics")])
+    assert int((run_dir / "trainer.pid").read_text()) in {p.pid for p in pids}, procs.describe(pids)
     pane = tmux.pane_state(srv, "ctrlc", "trainer").pane_id
     for _ in range(2):
         subprocess.run(["tmux", "-L", socket_name, "send-keys", "-t", pane, "C-c"], check=True)
@@ -154,11 +165,13 @@ def test_ctrl_c_twice_in_the_trainer_pane_stops_both_processes(ctrlc_run, socket
     trainer_log = (run_dir / "logs" / "trainer.log").read_text()  # a clean stop, not a traceback
     assert "interrupted; the adapters in the run directory are complete" in trainer_log
     assert "Traceback" not in trainer_log and "never retrieved" not in trainer_log
-    assert_port_free(run_dir)
     assert_adapters_intact(run_dir)
+    import httpx
+
+    assert httpx.get(f"{shared_vllm_server.base_url.removesuffix('/v1')}/health", timeout=30).status_code == 200
     # the panes stay (remain-on-exit) so their last lines can be read; stop just closes the session
     assert vf_rl("status", "--tmux-socket", socket_name, cwd=cfg.parent).stdout.startswith(
-        "ctrlc: trainer exited 130, inference exited ")
+        f"ctrlc: trainer exited 130, inference remote at {shared_vllm_server.base_url}")
     # stopping a run that has already ended closes its session, and nothing needs a signal
     stopped = vf_rl("stop", "ctrlc", "--tmux-socket", socket_name, cwd=cfg.parent)
     assert stopped.returncode == 0 and "stopped 'ctrlc' (trainer exit code 130)" in stopped.stdout, stopped.stdout
