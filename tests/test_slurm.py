@@ -3,6 +3,7 @@ against stand-in squeue/scancel (the real Slurm run is tests/test_slurm_e2e.py; 
 test_launcher_plan.py)."""
 
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -189,6 +190,14 @@ def test_status_and_stop_read_the_job_of_a_run_directory(tmp_path, monkeypatch):
     state.write_text("RUNNING\n")
     out = CliRunner().invoke(cli.app, ["status", str(run_dir)]).output
     assert out.startswith("slurm job 4242: RUNNING, trainer running, inference running, step 3/10, reward 0.250")
+    # vf-train listens (its pid file): the stop is SIGUSR2, which only the trainer takes, to every process
+    (run_dir / "trainer.pid").write_text("1\n")
+    result = CliRunner().invoke(cli.app, ["stop", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "state.cancelled").read_text().split() == ["--signal=USR2", "--full", "4242"]
+    assert "the trainer stops as on Ctrl-C" in result.output and "then its pane script stops vLLM" in result.output
+    # the trainer has exited (or never listened): plain scancel
+    state.write_text("RUNNING\n")
     (run_dir / "trainer.exitcode").write_text("130\n")
     result = CliRunner().invoke(cli.app, ["stop", str(run_dir)])
     assert result.exit_code == 0, result.output
@@ -218,13 +227,33 @@ def test_submit_writes_the_run_directory_and_records_the_job_id(tmp_path, monkey
     assert subprocess.run(["bash", "-n", str(run_dir / "job.sbatch")]).returncode == 0
 
 
-def test_vf_train_takes_sigterm_as_a_stop(tmp_path):
-    """scancel sends SIGTERM: vf-train's handler makes it the KeyboardInterrupt path (exit 130, one line)."""
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGUSR2"])
+def test_vf_train_takes_scancels_signals_as_a_stop(tmp_path, sig):
+    """scancel sends SIGTERM, `vf-rl stop RUN_DIR` SIGUSR2: vf-train's handler makes either the KeyboardInterrupt
+    path (exit 130, one line)."""
     code = ("import signal, os; from vfrl.trainer import cli as c; "
-            "c.run = lambda *a: os.kill(os.getpid(), signal.SIGTERM); "
+            f"c.run = lambda *a: os.kill(os.getpid(), signal.{sig}); "
             "import sys; sys.argv = ['vf-train', '@', sys.argv[1]]; c.main()")
     cfg = tmp_path / "config.toml"
     cfg.write_text((ROOT / "configs/rl/quickstart.toml").read_text())
     done = subprocess.run([sys.executable, "-c", code, str(cfg)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 130, done.stderr
     assert "vf-train: interrupted" in done.stdout and "Traceback" not in done.stderr
+
+
+def test_every_process_of_a_pane_script_but_vf_train_ignores_the_stop_signal(tmp_path):
+    """The pane scripts' `trap '' USR2` reaches what they start (vf-vllm, vLLM, tee): SIGUSR2 sent to the whole
+    process group leaves the script and a stand-in server running, as `vf-rl stop` of a Slurm job needs."""
+    script = tmp_path / "pane.sh"
+    script.write_text("trap '' USR2\nsleep 60 &\necho ready\nwait\n")
+    proc = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        os.killpg(proc.pid, signal.SIGUSR2)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=2)  # the script lives on
+        server = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        assert len(server) == 1  # and so does what it started
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)

@@ -1,7 +1,8 @@
 """A real Slurm: scripts/install_slurm.sh makes this machine a one-node cluster (Debian's slurmctld, slurmd,
 munge), then `vf-rl @ configs/rl/quickstart.toml --slurm --submit` runs the quick start as a batch job. One
 job, the real vLLM CPU server and the real trainer started by the job's script instead of tmux, is seen
-running by `vf-rl status RUN_DIR` and ended by `vf-rl stop RUN_DIR` (scancel), leaving no process. Another,
+running by `vf-rl status RUN_DIR` and ended by `vf-rl stop RUN_DIR` (scancel --signal=USR2: the trainer, then
+its pane script stops vLLM), leaving no process. Another,
 the trainer alone against the session's vf-vllm (inference.base_url: a server the cluster already runs),
 trains 3 steps and must end with exit 0 and its metrics. Skipped, in one line, where Slurm cannot be installed."""
 
@@ -103,9 +104,15 @@ def test_status_and_stop_work_on_a_running_slurm_job(cluster, workdir):
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
         assert f"stopped slurm job {job} (trainer exit code 130)" in stopped.stdout, (
             stopped.stdout + (run_dir / "logs/trainer.log").read_text()[-3000:])
+        # in the order of a tmux stop: the trainer first (SIGUSR2, which the job's other processes ignore), then
+        # its pane script stops vLLM; scancel's SIGTERM to every process at once is not needed
+        assert "then its pane script stops vLLM" in stopped.stdout and "still running" not in stopped.stdout
+        assert ("vf-rl: trainer exited with code 130; inference server stopped."
+                in (run_dir / f"logs/slurm-{job}.out").read_text())
     finally:
         subprocess.run(["scancel", job], capture_output=True)
     assert slurm.job_state(job) is None
     assert not procs.pane_processes([], run_dir.resolve())  # vf-rl stop waited for every process of the run
     assert "vf-train: interrupted" in (run_dir / "logs/trainer.log").read_text()  # its last words reached the log
-    assert (run_dir / "inference.exitcode").is_file()
+    # vf-vllm ended by the epilogue's SIGTERM (0), not by the stop's SIGUSR2 (its default action: exit 140)
+    assert (run_dir / "inference.exitcode").read_text().strip() == "0"

@@ -38,14 +38,14 @@ def test_signals_that_came_while_held_stop_at_release():
     assert done.stdout.splitlines() == ["vf-train: stopping once start-up is done (a few seconds)", "imported"]
 
 
-def test_after_release_both_signals_raise_keyboard_interrupt():
+def test_after_release_every_stop_signal_raises_keyboard_interrupt():
     script = (
         "import os, signal, sys\n"
         "from vfrl.trainer import stop_signals\n"
         "stop_signals.hold(); stop_signals.release()\n"
         f"try:\n    os.kill(os.getpid(), signal.{{sig}})\n    import time; time.sleep(30)\n"
         "except KeyboardInterrupt:\n    sys.exit(130)\n")
-    for sig in ("SIGINT", "SIGTERM"):
+    for sig in ("SIGINT", "SIGTERM", "SIGUSR2"):
         done = subprocess.run([sys.executable, "-c", script.format(sig=sig)], capture_output=True, text=True,
                               timeout=60)
         assert done.returncode == 130 and done.stdout == "", (sig, done.stdout, done.stderr)

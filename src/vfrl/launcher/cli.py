@@ -338,12 +338,13 @@ def stop(
     timeout: Annotated[float, typer.Option(help="Seconds the trainer gets to finish its step after Ctrl-C.")] = 60,
 ) -> None:
     """Stop a run cleanly: Ctrl-C to the trainer, inference server stopped, no process left, session closed.
-    A run directory of a --slurm run: scancel its job and wait until it has left the queue."""
+    A run directory of a --slurm run: the same order through scancel (SIGUSR2, which only the trainer takes),
+    plain scancel if the job has not ended in time; waits until it has left the queue."""
     if session is not None and (Path(session) / "slurm.jobid").is_file():
         from vfrl.launcher import slurm
 
         try:
-            code = slurm.stop(Path(session), timeout=max(timeout, 90), echo=typer.echo)
+            code = slurm.stop(Path(session), trainer_grace=timeout, timeout=max(timeout, 90), echo=typer.echo)
         except (RuntimeError, OSError, subprocess.SubprocessError) as e:
             fail(str(e))
         typer.echo(f"vf-rl: stopped slurm job {slurm.job_id(Path(session))} (trainer exit code {code or '?'}); "

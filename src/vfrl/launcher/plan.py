@@ -40,6 +40,7 @@ from vfrl.launcher.memory import (
 from vfrl.launcher.pane_env import source_line
 from vfrl.launcher.procs import MARKER
 from vfrl.run_dir import RunDir
+from vfrl.trainer.stop_signals import SLURM_STOP
 
 
 class PlanError(Exception):
@@ -552,10 +553,13 @@ def pane_script(pane: PanePlan, run_dir: Path, workdir: Path, after: list[str] =
 
     Ctrl-C in the pane reaches the whole pipeline: the command stops, `tee -i` keeps copying its last
     words to the log, and the INT trap lets the script go on to the lines after it (the trainer's
-    epilogue stops the inference server).
+    epilogue stops the inference server). SIGUSR2 is ignored by all but vf-train, which takes it as its
+    Ctrl-C: `vf-rl stop` of a Slurm job sends it to every process of the job.
     """
     lines = ["#!/usr/bin/env bash", f"# vf-rl {pane.title.lower()} pane", "set -o pipefail",
-             "trap : INT TERM", f"cd {shlex.quote(str(workdir))}", source_line(run_dir),
+             "trap : INT TERM",
+             f"trap '' {SLURM_STOP}  # `vf-rl stop` of a Slurm job: the trainer's signal alone (trainer/stop_signals.py)",
+             f"cd {shlex.quote(str(workdir))}", source_line(run_dir),
              f"export {MARKER}={shlex.quote(str(run_dir))}  # vf-rl stop finds the run's processes by it"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in pane.env.items()]
     lines.append(f'export VFRL_API_KEY="$(cat {shlex.quote(str(RunDir(run_dir).api_key))})"')

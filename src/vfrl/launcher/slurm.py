@@ -28,6 +28,7 @@ from vfrl.config import RLConfig
 from vfrl.launcher import procs
 from vfrl.launcher.plan import JOB_MAIN_ADDRESS_ENV, Machine, Plan, PlanError, network_notice
 from vfrl.run_dir import RunDir
+from vfrl.trainer.stop_signals import SLURM_STOP
 
 INFERENCE_URL_ENV = "VFRL_INFERENCE_URL"  # vf-train's --base-url: a server on another node of the job
 JOB_ID_FILE = "slurm.jobid"
@@ -112,6 +113,7 @@ def sbatch_script(plan: Plan, lay: Layout, workdir: Path) -> str:
     body = ["# vf-rl --slurm: the run's pane scripts (see them beside this file), no tmux; "
             "stop with `vf-rl stop RUN_DIR` (scancel)",
             "set -u",
+            f"trap '' {SLURM_STOP}  # `vf-rl stop`'s signal is the trainer's alone: this script lives on to its end",
             f"cd {q(workdir)}",
             f'echo "$SLURM_JOB_ID" > {q(plan.run_dir / JOB_ID_FILE)}']
     trainer, inference = q(plan.trainer.script), plan.inference and q(plan.inference.script)
@@ -166,8 +168,11 @@ def job_state(job: str) -> str | None:
     return state or None
 
 
-def cancel(job: str) -> None:
-    subprocess.run(["scancel", job], capture_output=True, text=True, timeout=60, check=True)
+def cancel(job: str, signal: str | None = None) -> None:
+    """scancel the job (SIGTERM to every process, SIGKILL after KillWait), or send `signal` to every process of
+    it, the batch script's included (--full)."""
+    cmd = ["scancel", job] if signal is None else ["scancel", f"--signal={signal}", "--full", job]
+    subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True)
 
 
 def status_line(run_dir: Path) -> str:
@@ -187,28 +192,44 @@ def status_line(run_dir: Path) -> str:
     return f"slurm job {job}: {state}, trainer {pane('trainer')}, inference {pane('inference')}, {progress} | {run_dir}"
 
 
-def stop(run_dir: Path, timeout: float = 180, echo=print) -> str | None:
-    """scancel the run's job (SIGTERM to every process: vf-train stops as on Ctrl-C, the pane scripts record
-    their exit codes; Slurm's KillWait later sends SIGKILL), then wait until it has left the queue.
-    The trainer's exit code, or None when it never recorded one."""
+def stop(run_dir: Path, trainer_grace: float = 60, timeout: float = 180, echo=print) -> str | None:
+    """Stop the run's job as `vf-rl stop` stops a tmux run: SIGUSR2 to every process of the job, which all but
+    vf-train ignore; vf-train stops as on Ctrl-C, then its pane script stops vLLM and the job ends. If it has
+    not within `trainer_grace` (+ the epilogue's time), or vf-train is not listening yet (no trainer.pid), plain
+    scancel: SIGTERM to every process at once (vf-train takes it as a stop too), SIGKILL after KillWait.
+    Waits until the job has left the queue; the trainer's exit code, or None when it never recorded one."""
     import time
 
     run_dir = run_dir.resolve()  # as the pane scripts' VFRL_RUN_DIR names it
     job = job_id(run_dir)
     if job is None:
         raise RuntimeError(f"{run_dir} has no slurm.jobid: not a submitted vf-rl Slurm run")
+
+    def ended(within: float) -> bool:
+        # the job leaves the queue before its processes have finished stopping: wait for those seen from here
+        # too (all of them on a one-node cluster; on a login node none, and Slurm has ended them with the job)
+        deadline = time.monotonic() + within
+        while job_state(job) is not None or procs.pane_processes([], run_dir):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
+        return True
+
+    paths = RunDir(run_dir)
     if job_state(job) is None:
         echo(f"vf-rl: slurm job {job} has already ended")
+    elif paths.trainer_pid.is_file() and not paths.exit_code("trainer").is_file():
+        echo(f"vf-rl: stopping slurm job {job}: the trainer stops as on Ctrl-C (up to {trainer_grace:.0f}s for its "
+             f"step), then its pane script stops vLLM")
+        cancel(job, SLURM_STOP)
+        if not ended(trainer_grace + 45):  # + the epilogue's 30 s for vLLM
+            echo(f"vf-rl: slurm job {job} is still running; scancel (SIGTERM to every process)")
+            cancel(job)
     else:
-        echo(f"vf-rl: stopping slurm job {job} (scancel: the trainer stops as on Ctrl-C)")
+        echo(f"vf-rl: stopping slurm job {job} (scancel: SIGTERM to every process; the trainer stops as on Ctrl-C)")
         cancel(job)
-    # the job leaves the queue before its processes have finished stopping: wait for those seen from here
-    # too (all of them on a one-node cluster; on a login node none, and Slurm has ended them with the job)
-    deadline = time.monotonic() + timeout
-    while job_state(job) is not None or procs.pane_processes([], run_dir):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"slurm job {job} or its processes are still there {timeout:.0f}s after scancel; "
-                               f"see squeue")
-        time.sleep(0.5)
-    code = RunDir(run_dir).exit_code("trainer")
+    if not ended(timeout):
+        raise RuntimeError(f"slurm job {job} or its processes are still there {timeout:.0f}s after scancel; "
+                           f"see squeue")
+    code = paths.exit_code("trainer")
     return code.read_text().strip() if code.is_file() else None

@@ -7,17 +7,23 @@ out, exit code 1 instead of 130), and click, which parses vf-train's arguments, 
 and its modules imported (a few seconds), then `release` makes them raise KeyboardInterrupt as usual, and
 raises one at once if a signal came while they were held: a stop at any moment of start-up exits 130.
 
-Every SIGTERM is also remembered (`requested`): Slurm's scancel sends it to the job's every process at once,
-vLLM included, and the trainer may see its server gone before its own signal is acted on. That run was
-stopped, not lost: vf-train still exits 130.
+SIGUSR2 is `vf-rl stop RUN_DIR` of a Slurm job (`scancel --signal=USR2 --full`): the job's other processes
+ignore it (the pane scripts' `trap '' USR2`), so the trainer stops first, as on Ctrl-C, and its pane script
+then stops vLLM, as in tmux. A plain scancel or a job's time limit sends SIGTERM to every process at once,
+vLLM included, and the trainer may see its server gone before it acts on its own signal: every SIGTERM is
+remembered (`requested`), and such a run was stopped, not lost: vf-train still exits 130.
 """
 
 from __future__ import annotations
 
 import signal
 
+SLURM_STOP = "USR2"  # the signal `vf-rl stop` sends a Slurm job, by the name scancel and bash's trap take
+TERMINATING = (signal.SIGTERM, getattr(signal, f"SIG{SLURM_STOP}"))  # stop like Ctrl-C, and are remembered
+STOPS = (signal.SIGINT, *TERMINATING)
+
 _held: list[int] = []
-_seen: list[int] = []  # every SIGTERM since vf-train started, and any stop signal once it is on its way out
+_seen: list[int] = []  # every SIGTERM or SIGUSR2 since vf-train started, and any stop signal on its way out
 
 
 def _remember(signum: int, frame: object) -> None:
@@ -37,26 +43,28 @@ def _note(signum: int, frame: object) -> None:
 
 
 def hold() -> None:
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOPS:
         signal.signal(sig, _remember)
 
 
 def release() -> None:
-    """From here on SIGINT and SIGTERM (Slurm's scancel, a job's time limit) raise KeyboardInterrupt; one that
-    came while they were held raises it now. SIGINT keeps Python's own handler, so that asyncio.Runner can
-    take Ctrl-C over (it cancels the loop's main task instead of raising in the middle of a callback)."""
+    """From here on SIGINT, SIGTERM (scancel, a job's time limit) and SIGUSR2 (`vf-rl stop` of a Slurm job) raise
+    KeyboardInterrupt; one that came while they were held raises it now. SIGINT keeps Python's own handler, so
+    that asyncio.Runner can take Ctrl-C over (it cancels the loop's main task instead of raising in the middle
+    of a callback)."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _terminate)
+    for sig in TERMINATING:
+        signal.signal(sig, _terminate)
     if _held:
         raise KeyboardInterrupt
 
 
 def quiet() -> None:
     """On the way out: a late or second stop signal is noted, never raised (no traceback from an atexit hook)."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOPS:
         signal.signal(sig, _note)
 
 
 def requested() -> bool:
-    """Did a SIGTERM (or a signal on the way out) ask vf-train to stop?"""
+    """Did a SIGTERM or SIGUSR2 (or a signal on the way out) ask vf-train to stop?"""
     return bool(_seen)

@@ -4,7 +4,7 @@ One thread, always the same, for the steps, the adapter and checkpoint saves and
 thread per step (asyncio.to_thread) gave each step a glibc malloc arena of its own, which kept the GBs the
 step freed (the 19M benchmark model at 128 rollouts a step grew to 20 GiB and was OOM-killed).
 
-The join on the way out ignores SIGINT and SIGTERM. On Python 3.11 a KeyboardInterrupt landing in
+The join on the way out ignores SIGINT, SIGTERM and SIGUSR2 (stop_signals.py). On Python 3.11 a KeyboardInterrupt landing in
 Thread.join marks the thread stopped while it still runs (threading._wait_for_tstate_lock, bpo-45274), so
 the interpreter no longer waits for it and finalizes under a thread inside torch: the process aborts
 (exit 134 instead of 130). Seen in CI when Ctrl-C was pressed twice in the trainer pane.
@@ -19,7 +19,8 @@ import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+from vfrl.trainer.stop_signals import STOPS as STOP_SIGNALS
+
 
 
 class TorchThread:
@@ -38,7 +39,7 @@ class TorchThread:
 
 @contextlib.contextmanager
 def stop_signals_ignored():
-    """SIGINT and SIGTERM ignored inside, then their handlers restored. Only the main thread receives signals
+    """SIGINT, SIGTERM and SIGUSR2 ignored inside, then their handlers restored. Only the main thread receives signals
     and may set handlers; elsewhere (the Python API run from a thread) this does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
