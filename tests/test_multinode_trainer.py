@@ -22,6 +22,7 @@ import pytest
 import tomli_w
 
 import test_multiprocess_trainer as one_node
+from test_multiprocess_trainer import one_process_output  # noqa: F401  (the session fixture)
 from conftest import against_server, free_port, log_since, tmux_socket, write_config
 
 HERE = Path(__file__).resolve().parent
@@ -154,14 +155,14 @@ def run_all(commands: list[list[str]], env: dict[str, str], timeout: float) -> N
 
 
 @pytest.fixture(scope="module")
-def one_process_and_two_nodes(tmp_path_factory, tiny_model):
-    out1, out2 = tmp_path_factory.mktemp("one"), tmp_path_factory.mktemp("nodes")
+def one_process_and_two_nodes(tmp_path_factory, tiny_model, one_process_output):
+    """The two-node launch, against the one-process reference of test_multiprocess_trainer.py."""
+    out2 = tmp_path_factory.mktemp("nodes")
     port = free_port()
     worker = [one_node.__file__, str(tiny_model), "lora"]
-    run_all([[sys.executable, worker[0], str(out1), *worker[1:]],
-             *[[*node_launch(rank, port), worker[0], str(out2), *worker[1:]] for rank in (0, 1)]],
+    run_all([[*node_launch(rank, port), worker[0], str(out2), *worker[1:]] for rank in (0, 1)],
             one_node.cpu_env(), timeout=600)
-    return out1 / "lora", out2 / "lora"
+    return one_process_output / "lora", out2 / "lora"
 
 
 def test_two_nodes_compute_the_one_process_gradient_and_update(one_process_and_two_nodes):

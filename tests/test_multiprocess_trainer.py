@@ -43,13 +43,21 @@ def run_worker(out: Path, model: Path, processes: int, mode: str) -> None:
 MODES = ("lora", "full")  # full: use_lora = false, every weight (tied ones too)
 
 
-@pytest.fixture(scope="module")
-def worker_outputs(tmp_path_factory, tiny_model):
-    """One launch with 1 process and one with 2, each doing both modes (a launch costs ~15 s of imports)."""
-    out1, out2 = tmp_path_factory.mktemp("one"), tmp_path_factory.mktemp("two")
+@pytest.fixture(scope="session")
+def one_process_output(tmp_path_factory, tiny_model):
+    """The worker's one-process results, both modes: the reference of the 2-process and the 2-node launches
+    (test_multinode_trainer.py) alike; each trainer seeds itself, so one launch serves both."""
+    out1 = tmp_path_factory.mktemp("one")
     run_worker(out1, tiny_model, 1, ",".join(MODES))
+    return out1
+
+
+@pytest.fixture(scope="module")
+def worker_outputs(tmp_path_factory, tiny_model, one_process_output):
+    """The one-process launch and one with 2 processes, each doing both modes (a launch costs ~15 s of imports)."""
+    out2 = tmp_path_factory.mktemp("two")
     run_worker(out2, tiny_model, 2, ",".join(MODES))
-    return out1, out2
+    return one_process_output, out2
 
 
 @pytest.fixture(params=MODES)
