@@ -79,6 +79,21 @@ def trace(*branches, reward=0.5, trainable=True, ok=True, errors=()):
                            is_truncated=False, ok=ok, errors=list(errors))
 
 
+@needs_uv
+def test_the_agents_uv_environment_is_compiled_to_bytecode_unless_the_user_says_otherwise(monkeypatch):
+    """A rollout's agent is a fresh Python importing openai and mcp: with PYTHONDONTWRITEBYTECODE set (containers)
+    and uv's default (no bytecode) it compiled them again on every rollout."""
+    from vfrl.envs.verifiers_v1 import ensure_uv
+
+    monkeypatch.setenv("PATH", os.environ["PATH"])  # restored afterwards: ensure_uv may prepend uv's folder
+    monkeypatch.delenv("UV_COMPILE_BYTECODE", raising=False)
+    ensure_uv("x")
+    assert os.environ["UV_COMPILE_BYTECODE"] == "1"
+    monkeypatch.setenv("UV_COMPILE_BYTECODE", "0")
+    ensure_uv("x")
+    assert os.environ["UV_COMPILE_BYTECODE"] == "0"
+
+
 def test_a_multi_turn_branch_keeps_its_tokens_mask_and_logprobs():
     # prompt 3 tokens, a reply of 2, 2 environment tokens, a reply of 2
     b = branch([1, 2, 3, 10, 11, 4, 5, 12, 13], [0, 0, 0, 1, 1, 0, 0, 1, 1],
