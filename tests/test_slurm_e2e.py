@@ -87,8 +87,9 @@ def test_the_quick_start_runs_as_a_slurm_job_and_ends_with_exit_0(cluster, workd
     # the pane scripts' own words go to Slurm's output of the batch script, under the run directory
     assert ("vf-rl: trainer exited with code 0; the inference server at " in
             (run_dir / f"logs/slurm-{job}.out").read_text())
+    server_log = log_since(srv.log, loaded_from)
     for version in range(4):  # the job's trainer pushed each policy into the server it was given
-        assert f"Loaded new LoRA adapter: name 'policy-{version}'" in log_since(srv.log, loaded_from)
+        assert f"Loaded new LoRA adapter: name 'policy-{version}'" in server_log
     assert vf_rl("status", str(run_dir)).stdout.startswith(f"slurm job {job}: ended, trainer exited 0, ")
     assert not procs.pane_processes([], run_dir.resolve())
 

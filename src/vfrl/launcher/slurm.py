@@ -198,7 +198,7 @@ def stop(run_dir: Path, trainer_grace: float = 60, timeout: float = 180, echo=pr
     not within `trainer_grace` (+ the epilogue's time), or vf-train is not listening yet (no trainer.pid), plain
     scancel: SIGTERM to every process at once (vf-train takes it as a stop too), SIGKILL after KillWait.
     Waits until the job has left the queue; the trainer's exit code, or None when it never recorded one."""
-    import time
+    from vfrl.launcher.lifecycle import poll
 
     run_dir = run_dir.resolve()  # as the pane scripts' VFRL_RUN_DIR names it
     job = job_id(run_dir)
@@ -208,12 +208,7 @@ def stop(run_dir: Path, trainer_grace: float = 60, timeout: float = 180, echo=pr
     def ended(within: float) -> bool:
         # the job leaves the queue before its processes have finished stopping: wait for those seen from here
         # too (all of them on a one-node cluster; on a login node none, and Slurm has ended them with the job)
-        deadline = time.monotonic() + within
-        while job_state(job) is not None or procs.pane_processes([], run_dir):
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.5)
-        return True
+        return poll(lambda: job_state(job) is None and not procs.pane_processes([], run_dir), within, every=0.5)
 
     paths = RunDir(run_dir)
     if job_state(job) is None:

@@ -65,8 +65,9 @@ INTERRUPTED = "vf-train: interrupted{}; the adapters in the run directory are co
 
 
 def stopped_or(code: int) -> int:
-    """The exit code of a run that failed: 130 where a SIGTERM had asked it to stop. Slurm's scancel sends one to
-    every process of the job, and vLLM may be gone before the trainer acts on its own: the run was stopped."""
+    """The exit code of a run that failed: 130 where a stop signal (stop_signals.requested) had come. Slurm's plain
+    scancel sends SIGTERM to every process of the job, and vLLM may be gone before the trainer acts on its own:
+    the run was stopped."""
     if not stop_signals.requested():
         return code
     print(INTERRUPTED.format(" (a SIGTERM came too: the line above is part of the stop)"), flush=True)

@@ -16,7 +16,9 @@ remembered (`requested`), and such a run was stopped, not lost: vf-train still e
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import threading
 
 SLURM_STOP = "USR2"  # the signal `vf-rl stop` sends a Slurm job, by the name scancel and bash's trap take
 TERMINATING = (signal.SIGTERM, getattr(signal, f"SIG{SLURM_STOP}"))  # stop like Ctrl-C, and are remembered
@@ -63,6 +65,22 @@ def quiet() -> None:
     """On the way out: a late or second stop signal is noted, never raised (no traceback from an atexit hook)."""
     for sig in STOPS:
         signal.signal(sig, _note)
+
+
+@contextlib.contextmanager
+def noted():
+    """Inside, a stop signal is noted (`requested`), never raised; the handlers before are restored after. Only the
+    main thread receives signals and may set handlers; elsewhere (the Python API run from a thread) this does
+    nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = {s: signal.signal(s, _note) for s in STOPS}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
 
 
 def requested() -> bool:
