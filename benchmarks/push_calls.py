@@ -102,6 +102,7 @@ def main() -> None:
                 timed(calls, "/vfrl/reload_weights", lambda: sync.load(path, i + 1))
             else:
                 four_calls(sync, path, i + 1, calls)
+            timed(calls, "save_aside", lambda: sync.save_aside(model, i + 1))  # vf-train writes it during the load
             calls["push"] = time.perf_counter() - t0
             rows[kind].append(calls)
     medians = {kind: {name: statistics.median(r[name] for r in rs[2:]) * 1000 for name in rs[0]}

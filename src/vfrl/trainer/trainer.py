@@ -368,10 +368,17 @@ class RLTrainer:
     async def push(self, model, version: int) -> tuple[str, float]:
         """Make vLLM serve policy `version`. The save (torch) runs in a thread the loop joins: a thread left
         inside torch at interpreter exit aborts the process (exit 134 instead of a clean stop). The load
-        (HTTP) runs in one it can abandon to a hung server."""
+        (HTTP) runs in one it can abandon to a hung server; what vLLM does not read is written meanwhile,
+        in the torch thread, so it is written before the next step changes the weights."""
         t0 = time.perf_counter()
         path = await self.torch_thread.run(self.sync.save, model, version)
-        name = await SERVER_CALLS.run(lambda: self.sync.load(path, version))
+        aside = asyncio.ensure_future(self.torch_thread.run(self.sync.save_aside, model, version))
+        try:
+            name = await SERVER_CALLS.run(lambda: self.sync.load(path, version))
+        except BaseException:  # the load's error is the one to report; the write's own, if any, is read and dropped
+            aside.add_done_callback(lambda f: f.cancelled() or f.exception())
+            raise
+        await aside
         self.served = name  # the newest policy vLLM serves (GRPOTrainer.evaluate samples from it)
         return name, time.perf_counter() - t0
 

@@ -45,10 +45,15 @@ class WeightSync(ABC):
         """Make vLLM serve what `save` wrote. HTTP only, no torch: the trainer runs it in a thread it can
         abandon when the server hangs, and a thread abandoned inside torch aborts the interpreter at exit."""
 
+    def save_aside(self, model, version: int) -> None:
+        """Write what the run keeps of policy `version` that vLLM does not read. Torch only: the trainer runs it
+        while vLLM loads (RLTrainer.push), so it costs the step nothing when it is the shorter of the two."""
+
     def push(self, model, version: int) -> tuple[str, float]:
-        """save + load. Returns (the model name to request, seconds)."""
+        """save, then load and save_aside. Returns (the model name to request, seconds)."""
         t0 = time.perf_counter()
         name = self.load(self.save(model, version), version)
+        self.save_aside(model, version)
         return name, time.perf_counter() - t0
 
     def served_models(self) -> list[str]:
@@ -193,8 +198,9 @@ class MergedLoraSync(FullWeightSync):
     model's checkpoint and reloaded in place (FullWeightSync.load). vLLM then runs the plain model: its
     CPU build applies runtime LoRA with unfused torch ops, about half the quick start's generation time.
     The trainer's own weights stay unmerged: merging in place and back would leave rounding in the frozen
-    base weights at every step. The adapter itself is written too, to adapters/policy-N as AdapterSync
-    leaves it (last `keep` kept): what a LoRA run hands its user does not depend on how vLLM was fed."""
+    base weights at every step. The adapter itself is written too (save_aside, while vLLM reloads), to
+    adapters/policy-N as AdapterSync leaves it (last `keep` kept): what a LoRA run hands its user does not
+    depend on how vLLM was fed."""
 
     def __init__(self, base_url: str, api_key: str, weights_dir: Path, adapters_dir: Path, served_name: str,
                  keep: int = 2, timeout: float = 600.0):
@@ -206,10 +212,8 @@ class MergedLoraSync(FullWeightSync):
         base = model.get_base_model()
         base.save_pretrained(directory, state_dict=merged_state_dict(model), safe_serialization=True)
 
-    def save(self, model, version: int) -> Path:
-        merged = super().save(model, version)
+    def save_aside(self, model, version: int) -> None:
         keep_newest(self.adapters, write_adapter(model, self.adapters_dir, version), self.keep)
-        return merged
 
 
 def merged_state_dict(model) -> dict:
