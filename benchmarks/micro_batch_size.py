@@ -5,8 +5,8 @@
 
 ROLLOUTS_DIR: a run's `rollouts/` (e.g. of `AB_CONFIG=benchmarks/configs/19m.toml benchmarks/quickstart_ab.py 3 x`):
 its first step's rows, rendered with the model's chat template, are the batch. Each size runs the whole batch
-as the trainer does (rows sorted by length, each micro-batch cut to its longest row, LoRA r8 on every linear
-layer, chunked logprobs of the completion tokens, backward), once to warm up, then 3 times; the median is
+as the trainer does (its collate and TrainBatch.micro_batches: rows sorted by length, each micro-batch cut to
+its longest row; LoRA r8 on every linear layer, chunked logprobs of the completion tokens, backward), once to warm up, then 3 times; the median is
 printed. No vLLM, no loss beyond the mean logprob: this times the arithmetic only.
 """
 
@@ -21,11 +21,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from vfrl.envs.environment import Rollout  # noqa: E402
+from vfrl.trainer.batch import collate  # noqa: E402
 from vfrl.trainer.logprobs import sequence_logprobs_and_entropy  # noqa: E402
 
 
-def rows(rollouts_dir: Path, tokenizer, count: int, max_tokens: int) -> list[tuple[list[int], int]]:
-    """(token ids, prompt length) of the first `count` rollouts of the earliest step file."""
+def rollouts(rollouts_dir: Path, tokenizer, count: int, max_tokens: int) -> list[Rollout]:
+    """The first `count` rollouts of the earliest step file, their token ids rendered with the chat template."""
     first = min(rollouts_dir.glob("step_*.jsonl"), key=lambda p: int(p.stem.split("_")[1]))
     out = []
     for line in first.read_text().splitlines()[:count]:
@@ -33,20 +35,11 @@ def rows(rollouts_dir: Path, tokenizer, count: int, max_tokens: int) -> list[tup
         text = tokenizer.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True)
         prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
         completion = tokenizer(r["completion"][0]["content"], add_special_tokens=False)["input_ids"][:max_tokens]
-        out.append((list(prompt) + list(completion), len(prompt)))
+        out.append(Rollout(example_id=r["example_id"], prompt=r["prompt"], completion=r["completion"], answer=r["answer"],
+                           prompt_ids=list(prompt), completion_ids=list(completion),
+                           completion_logprobs=[0.0] * len(completion), completion_mask=[1] * len(completion),
+                           policy="bench"))
     return out
-
-
-def padded(batch: list[tuple[list[int], int]]):
-    T = max(len(ids) for ids, _ in batch)
-    ids = torch.zeros(len(batch), T, dtype=torch.long)
-    mask = torch.zeros(len(batch), T, dtype=torch.long)
-    loss = torch.zeros(len(batch), T - 1, dtype=torch.bool)
-    for j, (seq, plen) in enumerate(batch):
-        ids[j, :len(seq)] = torch.tensor(seq)
-        mask[j, :len(seq)] = 1
-        loss[j, plen - 1:len(seq) - 1] = True
-    return ids, mask, loss
 
 
 def main() -> None:
@@ -65,10 +58,11 @@ def main() -> None:
     hf_logging.disable_progress_bar()
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
-    batch = sorted(rows(args.rollouts_dir, AutoTokenizer.from_pretrained(args.model), args.rollouts, args.max_tokens),
-                   key=lambda r: len(r[0]))
-    lengths = [len(ids) for ids, _ in batch]
-    print(f"{len(batch)} rows of {min(lengths)}-{max(lengths)} tokens (mean {sum(lengths) / len(lengths):.1f}); "
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    rows = rollouts(args.rollouts_dir, tokenizer, args.rollouts, args.max_tokens)
+    batch = collate(rows, torch.zeros(len(rows)), max_seq_len=10**6, pad_id=tokenizer.pad_token_id or 0)
+    lengths = [len(r.prompt_ids) + len(r.completion_ids) for r in rows]
+    print(f"{len(rows)} rows of {min(lengths)}-{max(lengths)} tokens (mean {sum(lengths) / len(lengths):.1f}); "
           f"{args.threads} torch threads; {args.model}")
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32),
                            LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"))
@@ -76,10 +70,11 @@ def main() -> None:
 
     def step(size: int) -> float:
         t0 = time.perf_counter()
-        for k in range(0, len(batch), size):
-            ids, mask, loss = padded(batch[k:k + size])
-            logprobs, _ = sequence_logprobs_and_entropy(model, ids, mask, 1.0, loss, 1024, with_entropy=True)
-            (-(logprobs * loss).sum() / loss.sum()).backward()
+        for mb in batch.micro_batches(size):  # the trainer's: sorted by length, each cut to its longest row
+            positions = mb.loss_mask > 0
+            logprobs, _ = sequence_logprobs_and_entropy(model, mb.input_ids, mb.attention_mask, 1.0, positions, 1024,
+                                                        with_entropy=True)
+            (-(logprobs * positions).sum() / positions.sum()).backward()
         return time.perf_counter() - t0
 
     for size in (int(s) for s in args.sizes.split(",")):
