@@ -51,6 +51,33 @@ def test_after_release_every_stop_signal_raises_keyboard_interrupt():
         assert done.returncode == 130 and done.stdout == "", (sig, done.stdout, done.stderr)
 
 
+def test_a_stop_signal_during_a_garbage_collector_callback_still_stops_the_loop():
+    """CI saw a Slurm job train on for 100 s after `vf-rl stop`: its SIGUSR2 raised KeyboardInterrupt inside a
+    weakref callback, where Python prints "Exception ignored" and drops it. Here the signal lands in one for
+    sure, inside asyncio.Runner as vf-train's loop runs: the loop must still stop at once."""
+    script = (
+        "import asyncio, os, signal, sys, weakref\n"
+        "from vfrl.trainer import stop_signals\n"
+        "stop_signals.hold(); stop_signals.release()\n"
+        "class Thing: pass\n"
+        "def collected(ref):\n"
+        "    os.kill(os.getpid(), signal.{sig})\n"
+        "    for _ in range(1000): pass  # the handler runs here, inside the callback\n"
+        "async def main():\n"
+        "    thing = Thing(); ref = weakref.ref(thing, collected); del thing\n"
+        "    await asyncio.sleep(30)\n"
+        "try:\n"
+        "    with asyncio.Runner() as runner: runner.run(main())\n"
+        "except KeyboardInterrupt:\n"
+        "    sys.exit(130)\n")
+    for sig in ("SIGTERM", "SIGUSR2"):
+        t0 = time.monotonic()
+        done = subprocess.run([sys.executable, "-c", script.format(sig=sig)], capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 130 and "Exception ignored" not in done.stderr, (sig, done.stderr)
+        assert time.monotonic() - t0 < 25, sig  # not the 30 s sleep's own end
+
+
 @pytest.mark.parametrize("when", ["importing", "waiting for vLLM"])
 def test_vf_train_stopped_during_start_up_exits_130_without_a_traceback(tmp_path, tiny_model, when):
     """The real console script, stopped while it imports torch and the trainer, and once it runs (its pid

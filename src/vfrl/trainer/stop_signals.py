@@ -12,6 +12,8 @@ ignore it (the pane scripts' `trap '' USR2`), so the trainer stops first, as on 
 then stops vLLM, as in tmux. A plain scancel or a job's time limit sends SIGTERM to every process at once,
 vLLM included, and the trainer may see its server gone before it acts on its own signal: every SIGTERM is
 remembered (`requested`), and such a run was stopped, not lost: vf-train still exits 130.
+Once released, SIGTERM and SIGUSR2 do whatever Ctrl-C does at that moment (`_terminate`): inside the training
+loop, asyncio.Runner's cancel of the main task, never a KeyboardInterrupt that the garbage collector drops.
 """
 
 from __future__ import annotations
@@ -36,8 +38,17 @@ def _remember(signum: int, frame: object) -> None:
 
 
 def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM and SIGUSR2 do what Ctrl-C does now. Inside the training loop that is asyncio.Runner's SIGINT
+    handler: it cancels the loop's main task, which ends at its next await. Raising KeyboardInterrupt here
+    instead lands in whatever the main thread runs, and where that is a weakref callback of the garbage
+    collector, Python prints "Exception ignored" and drops it: CI saw a Slurm job train on for 100 s after
+    `vf-rl stop`. Outside the loop (start-up, the final save) Ctrl-C's handler raises KeyboardInterrupt."""
     _seen.append(signum)
-    signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as Ctrl-C
+    on_ctrl_c = signal.getsignal(signal.SIGINT)
+    if callable(on_ctrl_c) and on_ctrl_c is not _terminate:
+        on_ctrl_c(signal.SIGINT, frame)
+    else:
+        signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as Ctrl-C
 
 
 def _note(signum: int, frame: object) -> None:
@@ -50,10 +61,10 @@ def hold() -> None:
 
 
 def release() -> None:
-    """From here on SIGINT, SIGTERM (scancel, a job's time limit) and SIGUSR2 (`vf-rl stop` of a Slurm job) raise
-    KeyboardInterrupt; one that came while they were held raises it now. SIGINT keeps Python's own handler, so
-    that asyncio.Runner can take Ctrl-C over (it cancels the loop's main task instead of raising in the middle
-    of a callback)."""
+    """From here on SIGTERM (scancel, a job's time limit) and SIGUSR2 (`vf-rl stop` of a Slurm job) are Ctrl-C:
+    KeyboardInterrupt, or inside asyncio.Runner its cancel of the loop's main task; one that came while they
+    were held raises KeyboardInterrupt now. SIGINT keeps Python's own handler, so that asyncio.Runner can take
+    Ctrl-C over (it cancels the loop's main task instead of raising in the middle of a callback)."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for sig in TERMINATING:
         signal.signal(sig, _terminate)
