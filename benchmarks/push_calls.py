@@ -1,13 +1,14 @@
 """A merged-LoRA push of the quick start, as one call (vf-vllm's /vfrl/reload_weights, what the trainer does)
-against vLLM's own four dev endpoints (/pause?mode=wait, /collective_rpc, /reset_prefix_cache, /resume), on
-one real vf-vllm, alternating, so both see the same server and the same machine.
+against vLLM's own four dev endpoints (/pause?mode=wait, /collective_rpc, /reset_prefix_cache, /resume), and
+against one call with the merged weights written by save_pretrained (before 2026-11-26; now safetensors'
+save_file), on one real vf-vllm, in turn, so all see the same server and the same machine.
 
     .venv/bin/python benchmarks/push_calls.py [--pushes 20]
 
 The server is started from configs/rl/quickstart.toml (LoRA served merged: full-weight mode) and pins itself
 to vLLM's cores; this process pins itself to the others, as vf-train does. Each push first moves the
 adapter (B, A += 1e-3 noise), so every push is a new policy. Prints, and writes to
-docs/benchmarks/push_calls.json, the medians over pushes 3..N of: the save (merge, write the base weights,
+--out (docs/benchmarks/push_calls.json), the medians over pushes 3..N of: the save (merge, write the base weights,
 write the adapter), each HTTP call, and the whole push.
 """
 
@@ -29,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from vfrl.cpu_cores import pin  # noqa: E402
 from vfrl.testing import free_port, vf_vllm  # noqa: E402
-from vfrl.trainer.weight_sync import MergedLoraSync  # noqa: E402
+from vfrl.trainer.weight_sync import MergedLoraSync, merged_state_dict  # noqa: E402
 
 API_KEY = "bench"
 
@@ -58,6 +59,16 @@ def timed(calls: dict, name: str, fn):
     return out
 
 
+class SavePretrainedSync(MergedLoraSync):
+    """The merged weights as the trainer wrote them before: save_pretrained (config, generation config, shards)."""
+
+    def write(self, model, directory: Path) -> None:
+        model.get_base_model().save_pretrained(directory, state_dict=merged_state_dict(model), safe_serialization=True)
+
+
+KINDS = ("one call", "one call, save_pretrained", "four calls")
+
+
 def four_calls(sync: MergedLoraSync, path: Path, version: int, calls: dict) -> None:
     """What the trainer did before /vfrl/reload_weights (vLLM's own endpoints, dev mode)."""
     timed(calls, "/pause?mode=wait", lambda: sync._post("/pause", params={"mode": "wait", "clear_cache": "false"}))
@@ -71,6 +82,7 @@ def four_calls(sync: MergedLoraSync, path: Path, version: int, calls: dict) -> N
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pushes", type=int, default=20, help="pushes of each kind")
+    parser.add_argument("--out", default="docs/benchmarks/push_calls.json", help="where the JSON goes, from the repo root")
     args = parser.parse_args()
     load_before = os.getloadavg()
 
@@ -82,7 +94,7 @@ def main() -> None:
               "inference": {**quickstart["inference"], "port": port},
               "trainer": {"args": {"use_lora": True, "lora_sync": "merged"}}}
     (tmp / "config.toml").write_text(tomli_w.dumps(config))
-    rows = {"one call": [], "four calls": []}
+    rows = {kind: [] for kind in KINDS}
     with vf_vllm(tmp / "config.toml", port, API_KEY, tmp / "server.log") as base_url:
         vllm_cores = {int(c) for c in os.sched_getaffinity(int((tmp / "server.pid").read_text()))}
         pin(",".join(str(c) for c in sorted(set(os.sched_getaffinity(0)) - vllm_cores) or sorted(vllm_cores)))
@@ -91,14 +103,19 @@ def main() -> None:
 
         hf_logging.disable_progress_bar()  # as vf-train does
         model = lora_model(model_dir)
-        sync = MergedLoraSync(base_url, API_KEY, tmp / "weights", tmp / "adapters", served_name=str(model_dir))
-        for i in range(2 * args.pushes):
-            kind = "one call" if i % 2 == 0 else "four calls"
+        now = MergedLoraSync(base_url, API_KEY, tmp / "weights", tmp / "adapters", served_name=str(model_dir))
+        before = SavePretrainedSync(base_url, API_KEY, tmp / "weights-pretrained", tmp / "adapters",
+                                    served_name=str(model_dir))
+        (tmp / "weights").mkdir()
+        (tmp / "weights-pretrained").mkdir()
+        for i in range(len(KINDS) * args.pushes):
+            kind = KINDS[i % len(KINDS)]
+            sync = before if kind == "one call, save_pretrained" else now
             calls: dict[str, float] = {}
             moved(model, i)
             t0 = time.perf_counter()
             path = timed(calls, "save", lambda: sync.save(model, i + 1))
-            if kind == "one call":
+            if kind != "four calls":
                 timed(calls, "/vfrl/reload_weights", lambda: sync.load(path, i + 1))
             else:
                 four_calls(sync, path, i + 1, calls)
@@ -109,8 +126,8 @@ def main() -> None:
                for kind, rs in rows.items()}
     for kind, m in medians.items():
         print(f"{kind}: " + ", ".join(f"{name} {ms:.1f} ms" for name, ms in m.items()))
-    out = ROOT / "docs/benchmarks/push_calls.json"
-    out.write_text(json.dumps({"command": f"benchmarks/push_calls.py --pushes {args.pushes}",
+    out = ROOT / args.out
+    out.write_text(json.dumps({"command": f"benchmarks/push_calls.py --pushes {args.pushes} --out {args.out}",
                                "load_before": load_before, "medians_ms": medians, "pushes": rows}, indent=1))
     print("written", out.relative_to(ROOT))
 

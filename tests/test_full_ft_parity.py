@@ -204,6 +204,24 @@ def test_the_merged_state_dict_is_merge_and_unloads_without_touching_the_model(t
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
 
 
+def test_the_merged_weights_file_holds_what_save_pretrained_wrote(tiny_model, tmp_path):
+    """MergedLoraSync writes the merged weights with safetensors' save_file (no config, no shards): the same
+    names and tensors as save_pretrained, the tied lm_head once (the tiny model ties it)."""
+    from safetensors.torch import load_file
+
+    from vfrl.trainer.weight_sync import MergedLoraSync, merged_state_dict
+
+    model = trained_like_adapter(tiny_model, seed=4)
+    assert model.get_base_model().config.tie_word_embeddings
+    model.get_base_model().save_pretrained(tmp_path / "pretrained", state_dict=merged_state_dict(model),
+                                           safe_serialization=True)
+    MergedLoraSync("http://unused", API_KEY, tmp_path, tmp_path, served_name="m").write(model, tmp_path / "ours")
+    assert [p.name for p in (tmp_path / "ours").iterdir()] == ["model.safetensors"]
+    ours, theirs = load_file(tmp_path / "ours/model.safetensors"), load_file(tmp_path / "pretrained/model.safetensors")
+    assert ours.keys() == theirs.keys() and "lm_head.weight" not in ours
+    assert all(torch.equal(ours[k], theirs[k]) for k in theirs)
+
+
 @pytest.mark.e2e
 def test_vllm_logprobs_match_the_lora_trainer_after_a_merged_sync(vllm_server, tiny_model):
     """The trainer computes W x + s B A x, vLLM the merged (W + s B A) x: the same logprobs within 1e-4."""
