@@ -9,7 +9,8 @@ The server is started from configs/rl/quickstart.toml (LoRA served merged: full-
 to vLLM's cores; this process pins itself to the others, as vf-train does. Each push first moves the
 adapter (B, A += 1e-3 noise), so every push is a new policy. Prints, and writes to
 --out (docs/benchmarks/push_calls.json), the medians over pushes 3..N of: the save (merge, write the base weights,
-write the adapter), each HTTP call, and the whole push.
+write the adapter), each HTTP call (for /vfrl/reload_weights, also the worker's own reload and repack of the
+CPU build's packed layers), and the whole push.
 """
 
 from __future__ import annotations
@@ -117,6 +118,7 @@ def main() -> None:
             path = timed(calls, "save", lambda: sync.save(model, i + 1))
             if kind != "four calls":
                 timed(calls, "/vfrl/reload_weights", lambda: sync.load(path, i + 1))
+                calls |= {"of it, the worker's reload": sync.last["load_s"], "and repack": sync.last["repack_s"]}
             else:
                 four_calls(sync, path, i + 1, calls)
             timed(calls, "save_aside", lambda: sync.save_aside(model, i + 1))  # vf-train writes it during the load
