@@ -107,8 +107,6 @@ def main() -> None:
         now = MergedLoraSync(base_url, API_KEY, tmp / "weights", tmp / "adapters", served_name=str(model_dir))
         before = SavePretrainedSync(base_url, API_KEY, tmp / "weights-pretrained", tmp / "adapters",
                                     served_name=str(model_dir))
-        (tmp / "weights").mkdir()
-        (tmp / "weights-pretrained").mkdir()
         for i in range(len(KINDS) * args.pushes):
             kind = KINDS[i % len(KINDS)]
             sync = before if kind == "one call, save_pretrained" else now
@@ -131,7 +129,7 @@ def main() -> None:
     out = ROOT / args.out
     out.write_text(json.dumps({"command": f"benchmarks/push_calls.py --pushes {args.pushes} --out {args.out}",
                                "load_before": load_before, "medians_ms": medians, "pushes": rows}, indent=1))
-    print("written", out.relative_to(ROOT))
+    print("written", out)
 
 
 if __name__ == "__main__":

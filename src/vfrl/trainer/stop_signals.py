@@ -44,8 +44,8 @@ def _terminate(signum: int, frame: object) -> None:
     collector, Python prints "Exception ignored" and drops it: CI saw a Slurm job train on for 100 s after
     `vf-rl stop`. Outside the loop (start-up, the final save) Ctrl-C's handler raises KeyboardInterrupt."""
     _seen.append(signum)
-    on_ctrl_c = signal.getsignal(signal.SIGINT)
-    if callable(on_ctrl_c) and on_ctrl_c is not _terminate:
+    on_ctrl_c = signal.getsignal(signal.SIGINT)  # release's default_int_handler, or asyncio.Runner's
+    if callable(on_ctrl_c):
         on_ctrl_c(signal.SIGINT, frame)
     else:
         signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as Ctrl-C
