@@ -21,6 +21,8 @@ import httpx
 import jinja2
 import openai
 
+from vfrl.envs.sampling import OPENAI_SAMPLING_KEYS, plain
+
 IM_START, IM_END = 1, 2
 SPECIALS = {"<|im_start|>": IM_START, "<|im_end|>": IM_END}
 
@@ -151,6 +153,12 @@ class FakeOpenAI:
         return SimpleNamespace(choices=[choice])
 
     async def post(self, url, body, cast_to):
+        if url == "/chat/completions":  # vfrl's token-mode chat request (sampling.post_chat): vLLM's JSON
+            openai_keys = OPENAI_SAMPLING_KEYS | {"model", "messages", "logprobs", "tools", "tool_choice"}
+            kwargs = {k: v for k, v in body.items() if k in openai_keys}
+            extra = {k: v for k, v in body.items() if k not in openai_keys}
+            reply = await self._chat(**kwargs, extra_body=extra)
+            return httpx.Response(200, json=plain(reply))
         assert str(url) == "http://fake-vllm:8000/tokenize", url
         self.calls.append(("tokenize", body))
         tokens = encode(self.render(body["messages"], body["add_generation_prompt"]))
@@ -190,4 +198,6 @@ class PlainOpenAI(FakeOpenAI):
         raise AssertionError("a plain OpenAI server has no token-id completions")
 
     async def post(self, url, body, cast_to):
+        if url == "/chat/completions":
+            return await super().post(url, body, cast_to)
         raise AssertionError(f"a plain OpenAI server has no {url}")

@@ -92,3 +92,28 @@ def test_tool_env_runs_on_a_server_without_tool_parser(server):
     for r, state in pairs:
         assert state["turn"] >= 1 and r.completion[0]["role"] == "assistant"
         assert len(r.completion_ids) == len(r.completion_mask) == len(r.completion_logprobs)
+
+
+def test_the_plain_chat_post_reads_what_the_openai_client_reads(server):
+    """Token mode sends chat requests with `post_chat` (plain JSON, no pydantic models): the same seeded
+    group request of n samples, sent both ways, must give the same ids, logprobs and text."""
+    from openai import AsyncOpenAI
+
+    from vfrl.envs.sampling import post_chat, sampling_request
+
+    root, model, api_key = server
+    messages = [{"role": "user", "content": "Reverse the text: abcdef"}]
+    kwargs = sampling_request({**SAMPLING, "seed": 7, "n": 4})
+
+    async def both():
+        client = AsyncOpenAI(base_url=f"{root}/v1", api_key=api_key)
+        return (await client.chat.completions.create(model=model, messages=messages, **kwargs),
+                await post_chat(client, model, messages, kwargs))
+
+    typed, plain = asyncio.run(both())
+    assert plain.prompt_token_ids == typed.prompt_token_ids
+    assert len(plain.choices) == len(typed.choices) == 4
+    for a, b in zip(typed.choices, plain.choices):
+        assert (b.index, b.token_ids, b.message.content, b.finish_reason, b.stop_reason) == (
+            a.index, a.token_ids, a.message.content, a.finish_reason, a.stop_reason)
+        assert [t.logprob for t in b.logprobs.content] == [t.logprob for t in a.logprobs.content]
