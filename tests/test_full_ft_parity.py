@@ -96,6 +96,7 @@ def test_vllm_logprobs_match_trainer_after_full_weight_sync(vllm_server, sync, t
         check = sync._post("/collective_rpc", json={"method": "vfrl_stale_packed_layers"}).json()["results"][0]
         assert check["stale"] == {}, check
         assert sync.last["repacked"], "no packed layer rebuilt: is this the CPU build?"
+        assert sync.last["in_place"], "the CPU build's push went through vLLM's layerwise reload, not in place"
     assert sorted(p.name for p in (tmp / "weights").iterdir()) == ["step-1", "step-2"]
     # the worker the weights went to ran inside the engine core (the CPU build's uni executor): no worker process
     log = (tmp / "server.log").read_text()

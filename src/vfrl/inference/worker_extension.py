@@ -10,9 +10,17 @@ that handle for every layer it loads weights into, but a tied `lm_head` loads no
 checkpoint has no `lm_head.weight`; it shares `embed_tokens.weight`), so it keeps computing logits
 with the handle packed from the *old* embedding. After the reload we therefore re-run
 `process_weights_after_loading` for every layer whose packed handle is built from a weight that is
-still attached to the layer (embeddings and heads; linear layers drop theirs after packing).
+still attached to the layer (embeddings and heads, and with the in-place reload below every linear layer).
 `vfrl_stale_packed_layers` is the check: it runs each handle and the plain `F.linear` on the
 layer's current weight and names the layers that disagree.
+
+On the CPU build the reload is our own, in place (`reloads_in_place`): at start-up `keep_weights_when_packing`
+makes vLLM keep each linear layer's weight beside its packed handle (they are dropped otherwise), so a push
+is the model's own `load_weights` into those weights plus a repack of every handle. vLLM's layerwise reload
+(moving every layer to the meta device and back, wrapping each weight loader) cost ~10 ms of Python a push on
+the quick start's 2-layer model, a fixed cost per layer. The price is the linear weights held twice in host
+memory (plain and packed). Quantized or MoE models, and any layer packed without its weight, go through vLLM's
+reload as before.
 
 On GPU there is no packing: `process_weights_after_loading` is a no-op for unquantized layers and
 the re-dispatch step does nothing.
@@ -27,6 +35,7 @@ from pathlib import Path
 import torch
 
 from vllm.logger import init_logger
+from vllm.platforms import current_platform
 
 logger = init_logger("vllm.vfrl_worker_extension")  # under "vllm": vLLM configures that logger tree
 
@@ -65,6 +74,38 @@ def packed_layers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
     return out
 
 
+def keep_weights_when_packing() -> None:
+    """CPU build: vLLM packs each linear layer's weight for its CPU kernels and then drops the weight; make it keep
+    the weight (so a push can load into it in place). Runs when vLLM imports this module, in the engine's process,
+    before the model is loaded (the worker extension is resolved when the worker is created)."""
+    from vllm.model_executor.layers import utils
+
+    dispatch = utils.dispatch_cpu_unquantized_gemm
+    if getattr(dispatch, "vfrl_keeps_weights", False):
+        return
+
+    def dispatch_keeping_the_weight(layer: torch.nn.Module, remove_weight: bool) -> None:
+        dispatch(layer, remove_weight=False)
+
+    dispatch_keeping_the_weight.vfrl_keeps_weights = True
+    utils.dispatch_cpu_unquantized_gemm = dispatch_keeping_the_weight  # read at call time by vLLM's layers
+
+
+def reloads_in_place(model: torch.nn.Module, vllm_config) -> bool:
+    """Can a push load straight into `model`'s weights? The CPU build, no quantization, no fused MoE, and every
+    layer that computes through a packed handle still holding its weight (see keep_weights_when_packing)."""
+    if not current_platform.is_cpu() or vllm_config.model_config.quantization is not None:
+        return False
+    for module in model.modules():
+        if "MoE" in type(module).__name__:
+            return False
+        if hasattr(module, "cpu_linear"):
+            weight = getattr(module, "weight", None)
+            if not isinstance(weight, torch.Tensor) or weight.ndim != 2 or weight.numel() == 0:
+                return False
+    return True
+
+
 class WeightReloadExtension:
     """Methods callable as POST /collective_rpc {"method": "vfrl_...", "args": [...]} (string args only)."""
 
@@ -73,11 +114,22 @@ class WeightReloadExtension:
     def vfrl_reload_weights(self, directory: str, version: str) -> dict:
         """Load every tensor of `directory` into the served model in place; returns what was done."""
         t0 = time.perf_counter()
-        # the Worker's own reload: it sets vLLM's current config, which quantized and MoE layers read on a GPU
-        self.reload_weights(weights_iterator=safetensors_weights(directory), is_checkpoint_format=True)
+        model = self.model_runner.get_model()
+        weights = safetensors_weights(directory)
+        in_place = reloads_in_place(model, self.vllm_config)
+        if in_place:
+            from vllm.config import set_current_vllm_config
+
+            with set_current_vllm_config(self.vllm_config), torch.no_grad():
+                loaded = model.load_weights(weights)
+            if missing := {name for name, _ in model.named_parameters()} - set(loaded or ()):
+                logger.warning("vfrl: weights version %s has no tensors for %s; they keep their old values",
+                               version, sorted(missing))
+        else:
+            # the Worker's own reload: it sets vLLM's current config, which quantized and MoE layers read on a GPU
+            self.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
         t_load = time.perf_counter()
         repacked = []
-        model = self.model_runner.get_model()
         with torch.no_grad():
             for name, module in packed_layers(model):
                 module.quant_method.process_weights_after_loading(module)
@@ -85,10 +137,10 @@ class WeightReloadExtension:
         if torch.cuda.is_available():  # the reload's one-layer scratch block, kept by the allocator otherwise
             torch.cuda.empty_cache()
         self.vfrl_version = int(version)
-        logger.info("vfrl: loaded weights version %s from %s (%d packed layers rebuilt)", version, directory,
-                    len(repacked))
+        logger.info("vfrl: loaded weights version %s from %s (%s, %d packed layers rebuilt)", version, directory,
+                    "in place" if in_place else "vLLM's reload", len(repacked))
         return {"version": self.vfrl_version, "load_s": t_load - t0, "repack_s": time.perf_counter() - t_load,
-                "repacked": repacked}
+                "repacked": repacked, "in_place": in_place}
 
     def vfrl_loaded_version(self) -> int:
         return self.vfrl_version
@@ -106,3 +158,7 @@ class WeightReloadExtension:
             if diff > float(tolerance):
                 stale[name] = diff
         return {"checked": len(packed_layers(model)), "stale": stale}
+
+
+if current_platform.is_cpu():
+    keep_weights_when_packing()

@@ -185,7 +185,8 @@ class FullWeightSync(WeightSync):
         workers = r.json()["results"]
         keep_newest(self.saved, path, self.keep)
         self.last |= {"reload_s": time.perf_counter() - t_saved, "load_s": workers[0]["load_s"],
-                      "repack_s": workers[0]["repack_s"], "repacked": workers[0]["repacked"]}
+                      "repack_s": workers[0]["repack_s"], "repacked": workers[0]["repacked"],
+                      "in_place": workers[0].get("in_place")}
         return self.served_name
 
     def loaded_version(self) -> int:
