@@ -93,17 +93,14 @@ def keep_weights_when_packing() -> None:
 
 def reloads_in_place(model: torch.nn.Module, vllm_config) -> bool:
     """Can a push load straight into `model`'s weights? The CPU build, no quantization, no fused MoE, and every
-    layer that computes through a packed handle still holding its weight (see keep_weights_when_packing)."""
+    layer that computes through a packed handle one that `packed_layers` rebuilds after the load: it kept its
+    weight (see keep_weights_when_packing)."""
     if not current_platform.is_cpu() or vllm_config.model_config.quantization is not None:
         return False
-    for module in model.modules():
-        if "MoE" in type(module).__name__:
-            return False
-        if hasattr(module, "cpu_linear"):
-            weight = getattr(module, "weight", None)
-            if not isinstance(weight, torch.Tensor) or weight.ndim != 2 or weight.numel() == 0:
-                return False
-    return True
+    modules = list(model.modules())
+    if any("MoE" in type(module).__name__ for module in modules):
+        return False
+    return sum(hasattr(module, "cpu_linear") for module in modules) == len(packed_layers(model))
 
 
 class WeightReloadExtension:
