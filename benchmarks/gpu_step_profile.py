@@ -58,7 +58,7 @@ def main() -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     results = {"gpu": torch.cuda.get_device_name(0) if cuda else "cpu", "torch": torch.__version__, "variants": {}}
     kept = {}
-    for variant in a.variants:
+    for variant in sorted(a.variants, key=lambda v: v.endswith("_liger")):  # Liger's patch stays once applied
         if variant.endswith("_liger"):
             from liger_kernel.transformers import apply_liger_kernel_to_qwen2
 
