@@ -91,16 +91,16 @@ def keep_weights_when_packing() -> None:
     utils.dispatch_cpu_unquantized_gemm = dispatch_keeping_the_weight  # read at call time by vLLM's layers
 
 
-def reloads_in_place(model: torch.nn.Module, vllm_config) -> bool:
+def reloads_in_place(model: torch.nn.Module, vllm_config, packed: list[tuple[str, torch.nn.Module]]) -> bool:
     """Can a push load straight into `model`'s weights? The CPU build, no quantization, no fused MoE, and every
-    layer that computes through a packed handle one that `packed_layers` rebuilds after the load: it kept its
-    weight (see keep_weights_when_packing)."""
+    layer that computes through a packed handle one of `packed` (`packed_layers(model)`, rebuilt after the
+    load): it kept its weight (see keep_weights_when_packing)."""
     if not current_platform.is_cpu() or vllm_config.model_config.quantization is not None:
         return False
     modules = list(model.modules())
     if any("MoE" in type(module).__name__ for module in modules):
         return False
-    return sum(hasattr(module, "cpu_linear") for module in modules) == len(packed_layers(model))
+    return sum(hasattr(module, "cpu_linear") for module in modules) == len(packed)
 
 
 class WeightReloadExtension:
@@ -113,7 +113,8 @@ class WeightReloadExtension:
         t0 = time.perf_counter()
         model = self.model_runner.get_model()
         weights = safetensors_weights(directory)
-        in_place = reloads_in_place(model, self.vllm_config)
+        packed = packed_layers(model)
+        in_place = reloads_in_place(model, self.vllm_config, packed)
         if in_place:
             from vllm.config import set_current_vllm_config
 
@@ -128,7 +129,7 @@ class WeightReloadExtension:
         t_load = time.perf_counter()
         repacked = []
         with torch.no_grad():
-            for name, module in packed_layers(model):
+            for name, module in packed:
                 module.quant_method.process_weights_after_loading(module)
                 repacked.append(name)
         if torch.cuda.is_available():  # the reload's one-layer scratch block, kept by the allocator otherwise
@@ -146,15 +147,15 @@ class WeightReloadExtension:
     def vfrl_stale_packed_layers(self, tolerance: str = "1e-3") -> dict:
         """Layers whose packed handle no longer computes `x @ weight.T` for their current weight."""
         model = self.model_runner.get_model()
-        stale = {}
-        for name, module in packed_layers(model):
+        stale, packed = {}, packed_layers(model)
+        for name, module in packed:
             w = module.weight
             x = torch.randn(4, w.shape[1], dtype=w.dtype, generator=torch.Generator().manual_seed(0))
             bias = getattr(module, "bias", None)
             diff = (module.cpu_linear(x, w, bias) - torch.nn.functional.linear(x, w, bias)).abs().max().item()
             if diff > float(tolerance):
                 stale[name] = diff
-        return {"checked": len(packed_layers(model)), "stale": stale}
+        return {"checked": len(packed), "stale": stale}
 
 
 if current_platform.is_cpu():
