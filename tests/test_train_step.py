@@ -342,6 +342,31 @@ def test_an_adapter_push_writes_what_peft_loads_without_a_model_card(tiny_model,
     assert mine and all(torch.equal(p.detach(), theirs[n].detach()) for n, p in mine.items())
 
 
+@pytest.mark.parametrize("targets", [["q_proj", "v_proj"], ["q_proj", "embed_tokens"]])
+def test_save_adapter_writes_what_peft_s_own_save_writes(tiny_model, tmp_path, targets):
+    """save_adapter decides peft's save_embedding_layers = "auto" once per model instead of at every save: the files
+    hold the same tensors as a plain save_pretrained, with the embeddings targeted (base embeddings saved too) or not."""
+    import warnings
+
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from vfrl.trainer.weight_sync import save_adapter
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model), LoraConfig(r=4, target_modules=targets))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # peft's "Setting save_embedding_layers to True" for the embeddings
+        model.save_pretrained(tmp_path / "peft")
+        for i in range(2):  # the second save uses the decision the first one made
+            save_adapter(model, tmp_path / f"mine{i}")
+    theirs = load_file(tmp_path / "peft" / "adapter_model.safetensors")
+    assert any("embed_tokens.base_layer" in k for k in theirs) == ("embed_tokens" in targets)
+    for i in range(2):
+        mine = load_file(tmp_path / f"mine{i}" / "adapter_model.safetensors")
+        assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
 def test_liger_kernels_are_applied_to_the_model_without_their_cross_entropy(tiny_model, monkeypatch):
     """use_liger_kernel hands the model instance to liger-kernel (a GPU library: faked here; the real kernels ran
     in scripts/gpu_check.py's train_lora_liger on an H200, docs/gpu.md), with its fused cross-entropy off, and

@@ -108,7 +108,7 @@ def test_a_lost_remote_server_is_named_with_its_own_log_not_one_vf_rl_never_wrot
 def test_a_step_trained_before_its_push_failed_gets_its_metrics_line(trainer):
     """The loop writes a step's line after pushing the policy it trained; when that push is what failed, the
     step is in the emergency checkpoint and its line is written too (no sync time, no adapter loaded)."""
-    batch = SimpleNamespace(policy_version=1, gen_start=1.0, gen_end=2.0, rollouts=[])
+    batch = SimpleNamespace(policy_version=1, gen_start=1.0, gen_end=2.0, load_s=0.0, rollouts=[])
     trainer.steps_done, trainer.start_step = 2, 0
     trainer.unlogged = (1, batch, {"loss": 0.5}, {"train_start": 3.0, "train_end": 4.0, "wait_s": 0.0, "save_s": 0.0})
     trainer.args = SimpleNamespace(max_steps=10)

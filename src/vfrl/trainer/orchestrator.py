@@ -27,6 +27,7 @@ class Batch:
     example_ids: list[int]
     gen_start: float = 0.0  # wall-clock (time.time) bounds of generation
     gen_end: float = 0.0
+    load_s: float = 0.0  # vLLM's load of policy_version, which the generation waited for (RLTrainer.push)
     metrics: dict[str, float] = field(default_factory=dict)  # the step's fault counts, see step_faults.py
     # rollouts per group, in example_ids order; fewer where faults dropped some. None: every group full
     group_sizes: list[int] | None = None

@@ -132,6 +132,7 @@ class RLTrainer:
         # what an emergency checkpoint may save: optimizer steps done, and whether one is half done
         self.steps_done, self.in_step = self.start_step, False
         self.unlogged: tuple[int, Batch, dict, dict] | None = None  # the last step trained, until its line is written
+        self.loading: asyncio.Future | None = None  # vLLM's load of the newest policy pushed (push)
         self.log_file = paths.log("trainer")
         # the server process to watch beside /health: vf-vllm's, none for a server vf-rl did not start or one on
         # another node (a base URL other than its own server's: a Slurm job's inference node)
@@ -365,22 +366,39 @@ class RLTrainer:
             await watch
         loop.result()
 
-    async def push(self, model, version: int) -> tuple[str, float]:
-        """Make vLLM serve policy `version`. The save (torch) runs in a thread the loop joins: a thread left
-        inside torch at interpreter exit aborts the process (exit 134 instead of a clean stop). The load
-        (HTTP) runs in one it can abandon to a hung server; what vLLM does not read is written meanwhile,
-        in the torch thread, so it is written before the next step changes the weights."""
+    async def push(self, model, version: int) -> tuple[asyncio.Future, float]:
+        """Make vLLM serve policy `version`. Returns its load, in flight (its result: the model name to request
+        and the load's seconds), and the seconds the loop was held. The loop waits for the torch side only: the
+        save (what vLLM reads) and save_aside (what it does not), in the torch thread, before the next step
+        changes the weights; a thread left inside torch at interpreter exit aborts the process. vLLM's load
+        (HTTP) then runs beside the next training step, in a thread the loop can abandon to a hung server;
+        what samples from the new policy (the next batch, eval) awaits it. One load at a time, in version
+        order: the previous one ran beside the step just trained, and its error stops the run here."""
         t0 = time.perf_counter()
+        if self.loading is not None:
+            await self.loading
         path = await self.torch_thread.run(self.sync.save, model, version)
-        aside = asyncio.ensure_future(self.torch_thread.run(self.sync.save_aside, model, version))
+        self.loading = loading = asyncio.ensure_future(self._load(path, version))
         try:
-            name = await SERVER_CALLS.run(lambda: self.sync.load(path, version))
-        except BaseException:  # the load's error is the one to report; the write's own, if any, is read and dropped
-            aside.add_done_callback(lambda f: f.cancelled() or f.exception())
+            await self.torch_thread.run(self.sync.save_aside, model, version)
+        except BaseException:  # the write's error is the one to report; the load's, if any, is read and dropped
+            loading.add_done_callback(lambda f: f.cancelled() or f.exception())
             raise
-        await aside
+        return loading, time.perf_counter() - t0
+
+    async def _load(self, path: Path, version: int) -> tuple[str, float]:
+        t0 = time.perf_counter()
+        name = await SERVER_CALLS.run(lambda: self.sync.load(path, version))
         self.served = name  # the newest policy vLLM serves (GRPOTrainer.evaluate samples from it)
         return name, time.perf_counter() - t0
+
+    @staticmethod
+    async def generate_on(orch: Orchestrator, loading: asyncio.Future, step: int, version: int) -> Batch:
+        """Batch `step`, sampled from policy `version` once vLLM serves it."""
+        name, load_s = await loading
+        batch = await orch.generate(step, name, version)
+        batch.load_s = load_s
+        return batch
 
     def _follow(self) -> None:
         """Ranks > 0: rank 0's loop without vLLM and without writing: receive the batch, train, wait for the sync.
@@ -403,14 +421,14 @@ class RLTrainer:
         orch = Orchestrator(self.env, client, a)
         model = self.accelerator.unwrap_model(self.model)
         version = self.start_step  # policy version == optimizer steps done; 0 is the base model
-        model_name, _ = await self.push(model, version)  # resumed: the checkpoint's
+        loading, _ = await self.push(model, version)  # resumed: the checkpoint's
         if self.pending_batch is not None:  # resumed: the batch the uninterrupted run trained next
             next_batch = asyncio.get_running_loop().create_future()
             next_batch.set_result(self.pending_batch)
         else:
-            next_batch = asyncio.create_task(orch.generate(version, model_name, version))
+            next_batch = asyncio.create_task(self.generate_on(orch, loading, version, version))
         # eval of policy v runs in the background while step v+1 trains; it ends before policy v+1 is pushed
-        evaluation = self.start_eval(orch, model_name, 0) if self.start_step == 0 and is_eval_step(a, 0) else None
+        evaluation = self.start_eval(orch, loading, 0) if self.start_step == 0 and is_eval_step(a, 0) else None
         for step in range(self.start_step, a.max_steps):
             t_step = time.time()
             batch = await next_batch
@@ -418,7 +436,7 @@ class RLTrainer:
             if batch.policy_version < step - 1:  # the one-step off-policy contract
                 raise RuntimeError(f"batch {step} came from policy {batch.policy_version}: more than one step stale")
             if step + 1 < a.max_steps:
-                next_batch = asyncio.create_task(orch.generate(step + 1, model_name, version))
+                next_batch = asyncio.create_task(self.generate_on(orch, loading, step + 1, version))
             if self.ranks.active:  # the other ranks wait in _follow for this batch
                 await self.torch_thread.run(self.ranks.share, batch)
             save_s = 0.0
@@ -434,14 +452,15 @@ class RLTrainer:
                 t_drain = time.time()
                 await asyncio.wait([next_batch])  # full weights: batch step+1 ends on the policy it started on
                 wait_s += time.time() - t_drain  # idle on generation, like waiting for the batch
-            model_name, sync_s = await self.push(model, version)
-            if self.ranks.active:  # no rank starts step+1 before policy step+1 is served
+            loading, sync_s = await self.push(model, version)
+            if self.ranks.active:  # no rank starts step+1 before policy step+1 is written
                 await self.torch_thread.run(self.ranks.barrier)
             if is_eval_step(a, version):
-                evaluation = self.start_eval(orch, model_name, version)
+                evaluation = self.start_eval(orch, loading, version)
             times |= {"wait_s": wait_s, "sync_s": sync_s, "step_s": time.time() - t_step}
-            self.log(step + 1, self.step_record(step, batch, stats, model_name, times), batch)
+            self.log(step + 1, self.step_record(step, batch, stats, self.sync.name_of(version), times), batch)
             self.unlogged = None
+        await loading  # the last policy is served when the run ends (eval, GRPOTrainer.evaluate)
         if evaluation is not None:
             await self.finish_eval(evaluation)
         if a.save_strategy == "steps" and a.max_steps > self.start_step:
@@ -464,6 +483,7 @@ class RLTrainer:
             "step": step + 1, "max_steps": self.args.max_steps, **stats,
             "policy_version": batch.policy_version, "trained_version": step, "adapter_loaded": model_name,
             "gen_start": batch.gen_start, "gen_end": batch.gen_end, "generate_s": batch.gen_end - batch.gen_start,
+            "load_s": batch.load_s,  # vLLM's load of the policy that sampled it, beside the step before
             "train_s": train_s, **times,
             "tokens_per_s": sum(len(r.prompt_ids) + len(r.completion_ids) for r in batch.rollouts) / max(train_s, 1e-9),
         }
@@ -472,8 +492,11 @@ class RLTrainer:
         return record
 
     # ---- eval during training (evaluation.py) ----
-    def start_eval(self, orch: Orchestrator, model_name: str, version: int) -> tuple[int, asyncio.Task]:
-        return version, asyncio.create_task(orch.evaluate(model_name))
+    def start_eval(self, orch: Orchestrator, loading: asyncio.Future, version: int) -> tuple[int, asyncio.Task]:
+        async def evaluate():
+            name, _ = await loading
+            return await orch.evaluate(name)
+        return version, asyncio.create_task(evaluate())
 
     async def finish_eval(self, evaluation: tuple[int, asyncio.Task]) -> None:
         version, task = evaluation
