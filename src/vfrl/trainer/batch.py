@@ -43,14 +43,21 @@ class TrainBatch:
     def _map(self, f) -> "TrainBatch":
         return TrainBatch(*(None if (v := getattr(self, x.name)) is None else f(v) for x in fields(self)))
 
-    def micro_batches(self, size: int) -> list["TrainBatch"]:
-        """Micro-batches of `size` rows, shortest sequences together, each cut to its own longest row.
+    def micro_batches(self, size: int, by_prefix: bool = False) -> list["TrainBatch"]:
+        """Micro-batches of `size` rows, each cut to its own longest row: shortest sequences together, or with
+        `by_prefix` rows in the order of their tokens, so that rows which start alike (a group's rollouts) sit
+        side by side for shared_prefix.py to forward their common prefix once.
 
         Rows are right-padded, so the columns past a micro-batch's longest row are padding that no
         token attends to and no loss reads: cutting them changes no logprob, only the work. The loss
         weights are the whole batch's (normalization.py), so which rows share a micro-batch does not
         change the step's gradient either."""
-        order = torch.argsort(self.attention_mask.sum(1), stable=True)
+        lengths = self.attention_mask.sum(1)
+        if by_prefix:
+            rows = [ids[:n] for ids, n in zip(self.input_ids.tolist(), lengths.tolist())]
+            order = torch.tensor(sorted(range(len(rows)), key=rows.__getitem__), dtype=torch.long)
+        else:
+            order = torch.argsort(lengths, stable=True)
         parts = [self._map(lambda t, rows=order[i:i + size]: t[rows]) for i in range(0, len(self), size)]
         return [part.trimmed() for part in parts]
 

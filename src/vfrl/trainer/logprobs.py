@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from vfrl.trainer.shared_prefix import hidden_states
+
 _NO_POSITION = torch.empty(0, dtype=torch.long)
 
 
@@ -100,9 +102,8 @@ def sequence_logprobs_and_entropy(
         if positions is not None:
             logprobs, entropy = logprobs * positions, entropy * positions
         return logprobs, entropy
-    out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
-                logits_to_keep=_NO_POSITION.to(input_ids.device))
-    hidden = out.hidden_states[-1][:, :-1]  # (B, T-1, H), after the final norm
+    # (B, T-1, H), after the final norm; rows that share a prefix forward it once (shared_prefix.py)
+    hidden = hidden_states(model, input_ids, attention_mask, logits_to_keep=_NO_POSITION.to(input_ids.device))[:, :-1]
     if positions is None:
         positions = torch.ones(hidden.shape[:2], dtype=torch.bool, device=hidden.device)
     positions = positions.bool()

@@ -44,6 +44,7 @@ from vfrl.trainer.inference_watch import (
 )
 from vfrl.trainer.mismatch import MismatchWatch
 from vfrl.trainer.orchestrator import Batch, Orchestrator
+from vfrl.trainer.shared_prefix import packs
 from vfrl.trainer.torch_thread import TorchThread
 from vfrl.trainer.policy import compute_dtype, load_policy, make_accelerator, prepare_training
 from vfrl.trainer.wandb_sink import NoWandb, WandbSink
@@ -246,7 +247,8 @@ class RLTrainer:
         a = self.args
         self.in_step = True
         tb, rewards = make_train_batch(batch.rollouts, a, self.pad_id, batch.sizes())  # with whole-batch loss weights
-        parts = tb.micro_batches(a.micro_batch_size)  # by length, each without its padding columns
+        # each without its padding columns; rows that start alike together where the model forwards them packed
+        parts = tb.micro_batches(a.micro_batch_size, by_prefix=packs(self.model))
         micro = [parts[k].to(self.accelerator.device) for k in self.ranks.mine(len(parts))]  # all, with one process
         sums = dict.fromkeys(["loss", "grad_norm", "low", "high", "entropy", "mismatch_kl", "kl", "sampled"], 0.0)
         self.model.train()
