@@ -115,3 +115,21 @@ def test_a_failed_write_aside_fails_the_push():
     trainer = trainer_with(sync)
     with pytest.raises(OSError, match="disk full"):
         run(trainer, trainer.push(object(), 3))
+
+
+def test_a_draining_sync_loads_after_the_batch_in_flight_but_saves_before_it_ends():
+    """Full weights (and merged LoRA) reload in place under one name: the batch in flight must end on the policy it
+    started on. The save does not touch vLLM, so it runs while that batch is still generating."""
+    sync = Sync()
+    sync.release.set()
+    trainer = trainer_with(sync)
+
+    async def scenario():
+        in_flight = asyncio.get_running_loop().create_future()
+        loading, _ = await trainer.push(object(), 3, after=in_flight)
+        await asyncio.sleep(0.2)
+        assert sync.order == ["save 3", "aside 3"] and not loading.done()  # written, not loaded
+        in_flight.set_exception(RuntimeError("a generation error"))  # the loop reads it from the batch
+        return await loading
+
+    assert run(trainer, scenario())[0] == "policy-3" and sync.order[-1] == "load 3"

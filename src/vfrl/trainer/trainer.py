@@ -368,19 +368,20 @@ class RLTrainer:
             await watch
         loop.result()
 
-    async def push(self, model, version: int) -> tuple[asyncio.Future, float]:
+    async def push(self, model, version: int, after: asyncio.Future | None = None) -> tuple[asyncio.Future, float]:
         """Make vLLM serve policy `version`. Returns its load, in flight (its result: the model name to request
         and the load's seconds), and the seconds the loop was held. The loop waits for the torch side only: the
         save (what vLLM reads) and save_aside (what it does not), in the torch thread, before the next step
         changes the weights; a thread left inside torch at interpreter exit aborts the process. vLLM's load
-        (HTTP) then runs beside the next training step, in a thread the loop can abandon to a hung server;
-        what samples from the new policy (the next batch, eval) awaits it. One load at a time, in version
-        order: the previous one ran beside the step just trained, and its error stops the run here."""
+        (HTTP) then runs beside the next training step, in a thread the loop can abandon to a hung server,
+        once `after` (the batch in flight, for a sync that drains) is done; what samples from the new policy
+        (the next batch, eval) awaits it. One load at a time, in version order: the previous one ran beside
+        the step just trained, and its error stops the run here."""
         t0 = time.perf_counter()
         if self.loading is not None:
             await self.loading
         path = await self.torch_thread.run(self.sync.save, model, version)
-        self.loading = loading = asyncio.ensure_future(self._load(path, version))
+        self.loading = loading = asyncio.ensure_future(self._load(path, version, after))
         try:
             await self.torch_thread.run(self.sync.save_aside, model, version)
         except BaseException:  # the write's error is the one to report; the load's, if any, is read and dropped
@@ -388,7 +389,9 @@ class RLTrainer:
             raise
         return loading, time.perf_counter() - t0
 
-    async def _load(self, path: Path, version: int) -> tuple[str, float]:
+    async def _load(self, path: Path, version: int, after: asyncio.Future | None) -> tuple[str, float]:
+        if after is not None:
+            await asyncio.wait([after])  # its errors are the loop's to read, when it awaits the batch
         t0 = time.perf_counter()
         name = await SERVER_CALLS.run(lambda: self.sync.load(path, version))
         self.served = name  # the newest policy vLLM serves (GRPOTrainer.evaluate samples from it)
@@ -450,11 +453,9 @@ class RLTrainer:
             if evaluation is not None:
                 await self.finish_eval(evaluation)
                 evaluation = None
-            if self.sync.drain_before_push and step + 1 < a.max_steps:
-                t_drain = time.time()
-                await asyncio.wait([next_batch])  # full weights: batch step+1 ends on the policy it started on
-                wait_s += time.time() - t_drain  # idle on generation, like waiting for the batch
-            loading, sync_s = await self.push(model, version)
+            # full weights: batch step+1 ends on the policy it started on, so vLLM loads the new one after it
+            drain = next_batch if self.sync.drain_before_push and step + 1 < a.max_steps else None
+            loading, sync_s = await self.push(model, version, after=drain)
             if self.ranks.active:  # no rank starts step+1 before policy step+1 is written
                 await self.torch_thread.run(self.ranks.barrier)
             if is_eval_step(a, version):
