@@ -50,6 +50,16 @@ def test_long_rows_after_a_short_prefix_are_not_packed():
     """Packing 8 rows of 200 own tokens after a 2-token prefix would save 14 tokens and multiply attention 8x."""
     ids, att = rows_to_batch([[5, 6] + [10 + i] * 200 for i in range(8)])
     assert pack(ids, att) is None
+    # the same rows after a 100-token prompt pack where a token's linear layers outweigh its attention enough
+    ids, att = rows_to_batch([[5] * 100 + [10 + i] * 200 for i in range(8)])
+    assert pack(ids, att, pair_cost=100) is None and pack(ids, att, pair_cost=5000) is not None
+
+
+def test_a_token_weighs_what_its_layer_s_linear_work_is_worth_in_attention_pairs():
+    from types import SimpleNamespace as NS
+
+    assert shared_prefix.pairs_per_token(NS(hidden_size=128, intermediate_size=256)) == 640  # the tiny model
+    assert shared_prefix.pairs_per_token(NS(hidden_size=896, intermediate_size=4864)) == 9088  # Qwen2.5-0.5B
 
 
 @pytest.fixture(scope="module")

@@ -54,17 +54,27 @@ def plan(rows: list[list[int]]) -> list[tuple[int, list[int]]]:
     return runs
 
 
-def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Packed | None:
-    """The packed form of right-padded rows (B, T), or None when packing saves no tokens."""
+def pairs_per_token(config) -> float:
+    """How many query-key pairs of attention cost what one token's linear layers cost, in a layer of `config`'s
+    model: a token's projections and MLP ~8h^2 + 6hi FLOPs, a pair 4h (its score, its share of the output)."""
+    h = getattr(config, "hidden_size", None)
+    if not h:
+        return 1000.0
+    return 2 * h + 1.5 * (getattr(config, "intermediate_size", None) or 4 * h)
+
+
+def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, pair_cost: float = 1000.0) -> Packed | None:
+    """The packed form of right-padded rows (B, T), or None when it is not less work: tokens (x `pair_cost`,
+    pairs_per_token) plus attention pairs. Under the packed mask the attention computes every query-key pair of
+    a sequence, where plain causal rows skip the half after each query: long rows after a short prefix cost
+    more packed."""
     lengths = attention_mask.sum(1).tolist()
     rows = [ids[:n] for ids, n in zip(input_ids.tolist(), lengths)]
     runs = plan(rows)
     sizes = [shared + sum(len(rows[j]) - shared for j in members) for shared, members in runs]
     P, N = len(runs), max(sizes)
     B, T = input_ids.shape
-    # fewer tokens, and attention (every query-key pair of a sequence, masked or not) at most twice the rows':
-    # long rows after a short prefix would pack into a sequence whose pairs outgrow what the tokens save
-    if P * N >= B * T or P * N * N > 2 * B * T * T:
+    if P * N * (pair_cost + N) >= B * T * (pair_cost + T / 2):
         return None
     ids = torch.zeros((P, N), dtype=torch.long)
     positions = torch.zeros((P, N), dtype=torch.long)
@@ -108,9 +118,10 @@ def packs(model) -> bool:
 
 def hidden_states(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs) -> torch.Tensor:
     """The last hidden states (after the final norm), (B, T, H), of right-padded rows: forwarded packed where that
-    saves tokens and the model takes the mask, else as they are. Positions past a row's end hold some other
+    is less work and the model takes the mask, else as they are. Positions past a row's end hold some other
     position's state: nothing may read them."""
-    packed = pack(input_ids, attention_mask) if packs(model) else None
+    config = getattr(getattr(model, "module", model), "config", None)
+    packed = pack(input_ids, attention_mask, pairs_per_token(config)) if packs(model) else None
     if packed is None:
         out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, **kwargs)
         return out.hidden_states[-1]
