@@ -9,9 +9,10 @@ and the only one that writes (metrics.jsonl, rollouts/, console, wandb, checkpoi
                                              train_step: advantages and loss weights of the whole batch
                                              (identical on every rank), forward/backward on micro-batches
                                              k with k % world_size == rank, DDP all-reduces the gradients
-    push the new policy into vLLM
+    write the new policy for vLLM
     barrier()  <-------------------------->  barrier()                    nobody starts step n+1 before
-                                                                          policy n+1 is served
+                                                                          policy n+1 is written (vLLM
+                                                                          loads it meanwhile)
 
 One process (no accelerate, or --num-processes 1) is world_size 1: share, barrier and sum are no-ops.
 """

@@ -30,7 +30,8 @@ class WeightSync(ABC):
     """What the training loop needs of a sync, whatever it pushes."""
 
     # True when vLLM serves every version under one name: the name cannot say which policy sampled a
-    # request, so the trainer lets the generation in flight finish before push() (no batch mixes two)
+    # request, so vLLM loads a pushed version only once the generation in flight has finished (RLTrainer.push's
+    # `after`; no batch mixes two). The save does not wait for it.
     drain_before_push: ClassVar[bool] = False
 
     def __init__(self, base_url: str, api_key: str, timeout: float):
@@ -164,8 +165,8 @@ class FullWeightSync(WeightSync):
          the files loaded in place, the CPU build's packed GEMM handles rebuilt; each returns N); resets the
          prefix cache (no KV block computed by the old weights is reused); resumes.
     vLLM serves one model name throughout, so the name cannot carry the version: the trainer's
-    counter does (`policy_version` per batch). It holds because the trainer lets the batch in flight
-    finish before pushing (`drain_before_push`), and the pause covers any other request still running.
+    counter does (`policy_version` per batch). It holds because the trainer loads a version only once the
+    batch in flight has finished (`drain_before_push`), and the pause covers any other request still running.
     """
 
     drain_before_push = True
