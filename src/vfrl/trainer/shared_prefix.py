@@ -103,11 +103,16 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, pair_cost: float
                   index.to(input_ids.device))
 
 
+def model_config(model):
+    """The transformers config of `model`, inside a DDP-style wrapper (`.module`) or not; None if it has none."""
+    return getattr(getattr(model, "module", model), "config", None)
+
+
 def packs(model) -> bool:
     """Whether `model` takes the packed mask as it is: torch's scaled_dot_product_attention with a boolean mask
     (transformers' "sdpa", its default where flash-attention is not installed), in layers that all attend to
     every earlier position (a custom mask replaces a sliding window or chunked attention)."""
-    config = getattr(getattr(model, "module", model), "config", None)
+    config = model_config(model)
     if getattr(config, "_attn_implementation", None) != "sdpa":
         return False
     types = getattr(config, "layer_types", None)
@@ -120,8 +125,7 @@ def hidden_states(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     """The last hidden states (after the final norm), (B, T, H), of right-padded rows: forwarded packed where that
     is less work and the model takes the mask, else as they are. Positions past a row's end hold some other
     position's state: nothing may read them."""
-    config = getattr(getattr(model, "module", model), "config", None)
-    packed = pack(input_ids, attention_mask, pairs_per_token(config)) if packs(model) else None
+    packed = pack(input_ids, attention_mask, pairs_per_token(model_config(model))) if packs(model) else None
     if packed is None:
         out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, **kwargs)
         return out.hidden_states[-1]
