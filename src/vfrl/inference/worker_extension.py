@@ -127,18 +127,16 @@ class WeightReloadExtension:
             # the Worker's own reload: it sets vLLM's current config, which quantized and MoE layers read on a GPU
             self.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
         t_load = time.perf_counter()
-        repacked = []
         with torch.no_grad():
-            for name, module in packed:
+            for _, module in packed:
                 module.quant_method.process_weights_after_loading(module)
-                repacked.append(name)
         if torch.cuda.is_available():  # the reload's one-layer scratch block, kept by the allocator otherwise
             torch.cuda.empty_cache()
         self.vfrl_version = int(version)
         logger.info("vfrl: loaded weights version %s from %s (%s, %d packed layers rebuilt)", version, directory,
-                    "in place" if in_place else "vLLM's reload", len(repacked))
+                    "in place" if in_place else "vLLM's reload", len(packed))
         return {"version": self.vfrl_version, "load_s": t_load - t0, "repack_s": time.perf_counter() - t_load,
-                "repacked": repacked, "in_place": in_place}
+                "repacked": [name for name, _ in packed], "in_place": in_place}
 
     def vfrl_loaded_version(self) -> int:
         return self.vfrl_version
