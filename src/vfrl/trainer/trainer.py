@@ -382,11 +382,11 @@ class RLTrainer:
             await self.loading
         path = await self.torch_thread.run(self.sync.save, model, version)
         self.loading = loading = asyncio.ensure_future(self._load(path, version, after))
-        try:
-            await self.torch_thread.run(self.sync.save_aside, model, version)
-        except BaseException:  # the write's error is the one to report; the load's, if any, is read and dropped
-            loading.add_done_callback(lambda f: f.cancelled() or f.exception())
-            raise
+        # its error reaches whatever awaits it (the next batch, eval, the next push); when nothing will, because
+        # the run already stopped on another error (the write's below, a lost server), it is read and dropped
+        # here, not left to be reported at interpreter exit
+        loading.add_done_callback(lambda f: f.cancelled() or f.exception())
+        await self.torch_thread.run(self.sync.save_aside, model, version)
         return loading, time.perf_counter() - t0
 
     async def _load(self, path: Path, version: int, after: asyncio.Future | None) -> tuple[str, float]:
