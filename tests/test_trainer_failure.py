@@ -209,6 +209,27 @@ def test_an_interrupt_nobody_retrieved_is_a_stop_not_a_logged_error(tmp_path):
     assert "ConnectionError: refused" in log.read_text() and "asyncio: Task exception" in log.read_text()
 
 
+def test_an_error_collected_at_interpreter_exit_is_dropped_quietly(tmp_path, monkeypatch):
+    """A task whose error nobody read is collected at interpreter exit, where the handler can no longer open its log
+    (open is gone: NameError). asyncio would print the handler's own error on the console: it must not raise."""
+    import asyncio
+
+    from vfrl.trainer import trainer as trainer_module
+
+    def gone(*args, **kwargs):
+        raise NameError("name 'open' is not defined")
+
+    monkeypatch.setattr(trainer_module, "log_traceback", gone)
+    monkeypatch.setattr(trainer_module, "open", gone, raising=False)  # a module global shadows the builtin
+    handle = trainer_module._unretrieved_to(tmp_path / "trainer.log")
+    loop = asyncio.new_event_loop()
+    try:
+        handle(loop, {"message": "Task exception was never retrieved", "exception": ConnectionError("refused")})
+        handle(loop, {"message": "Future exception was never retrieved"})
+    finally:
+        loop.close()
+
+
 def test_on_a_shared_gpu_the_trainer_loads_its_model_only_once_vllm_is_up(tmp_path, monkeypatch):
     """vLLM counts the GPU memory that disappears while it starts as its own: the trainer waits for /health
     before it builds its model (the plan sets VFRL_TRAINER_LOADS_AFTER_VLLM on a shared GPU)."""

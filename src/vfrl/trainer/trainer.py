@@ -83,11 +83,14 @@ def _unretrieved_to(log: Path):
         error = context.get("exception")
         if isinstance(error, (asyncio.CancelledError, KeyboardInterrupt)):
             return
-        if error is not None:
-            log_traceback(log, error, about=f"asyncio: {context.get('message', '')}")
-        else:
-            with contextlib.suppress(OSError), open(log, "a") as f:
-                f.write(f"asyncio: {context.get('message', '')}\n")
+        try:
+            if error is not None:
+                log_traceback(log, error, about=f"asyncio: {context.get('message', '')}")
+            else:
+                with open(log, "a") as f:
+                    f.write(f"asyncio: {context.get('message', '')}\n")
+        except Exception:  # noqa: BLE001 -- a task collected at interpreter exit, where open() may already be gone
+            pass           # (NameError): the run's own error was reported; a traceback here would only confuse
 
     return handle
 
