@@ -27,3 +27,15 @@ def test_cores_it_may_not_use_or_no_list_mean_no_pinning():
     before = os.sched_getaffinity(0)
     assert pin(None) is None and pin("auto") is None and pin("100000") is None
     assert os.sched_getaffinity(0) == before
+
+
+def test_freeing_the_api_server_gives_up_when_the_server_ends_before_it_serves():
+    """free_api_server waits for /health; a server that exits first (a start-up failure) ends the wait, and the
+    thread, instead of leaving it polling a dead port (the moving itself: test_e2e_run)."""
+    from vfrl.cpu_cores import free_api_server
+
+    server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    thread = free_api_server(server.pid, os.sched_getaffinity(0), "http://127.0.0.1:9/health", poll_s=0.05)
+    server.wait()
+    thread.join(10)
+    assert not thread.is_alive()

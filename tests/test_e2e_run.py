@@ -28,12 +28,14 @@ pytestmark = pytest.mark.e2e
 def watch_argv_for_the_key(proc: subprocess.Popen, key_file: Path, timeout: float) -> SimpleNamespace:
     """Until `proc` exits: read the run's API key once vf-rl has written it, and look for it in every
     process's command line (/proc/*/cmdline). Processes that live less than one scan can slip by."""
-    seen = SimpleNamespace(key=None, scans=0, leaks=set())
+    seen = SimpleNamespace(key=None, scans=0, leaks=set(), cores=None)
     deadline = time.monotonic() + timeout
     while proc.poll() is None:
         if time.monotonic() > deadline:
             proc.kill()
             raise TimeoutError(f"vf-rl still running after {timeout:.0f}s")
+        if seen.cores is None and (key_file.parent / "metrics.jsonl").exists():  # vLLM serves
+            seen.cores = vllm_cores(key_file.parent / "inference.pid")
         if seen.key is None and key_file.exists():
             seen.key = key_file.read_text() or None  # created empty (0600), then written
         if seen.key:
@@ -50,6 +52,22 @@ def watch_argv_for_the_key(proc: subprocess.Popen, key_file: Path, timeout: floa
         except subprocess.TimeoutExpired:
             pass
     return seen
+
+
+def vllm_cores(pid_file: Path) -> dict[str, set[int]]:
+    """The cores each thread of vLLM's API server and of its engine core's main thread may run on (sched_getaffinity),
+    as sets of core sets by process: {"api server": {...}, "engine core": {...}}."""
+    import psutil
+
+    found: dict[str, set] = {"api server": set(), "engine core": set()}
+    for p in psutil.Process(int(pid_file.read_text())).children(recursive=True):
+        kind = "engine core" if p.name().startswith("VLLM::EngineCore") else (
+            "api server" if "vllm.entrypoints.openai.api_server" in " ".join(p.cmdline()) else None)
+        if kind == "api server":
+            found[kind] |= {frozenset(os.sched_getaffinity(t.id)) for t in p.threads()}
+        elif kind == "engine core":
+            found[kind].add(frozenset(os.sched_getaffinity(p.pid)))
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +136,20 @@ def test_no_batch_is_more_than_one_policy_version_stale(finished_run):
     for rec in metrics(run_dir):
         trained_at = rec["step"] - 1  # weights version when this batch was trained
         assert trained_at - 1 <= rec["policy_version"] <= trained_at
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one core: nothing to split")
+def test_vllm_engine_core_keeps_its_cores_and_its_api_server_uses_every_core(finished_run):
+    """No GPU: vf-vllm pins vLLM to its half of the cores; once it serves, the API server alone is let out onto
+    every core (cpu_cores.free_api_server), while the engine core (running the worker) stays on vLLM's."""
+    _, run_dir, _, key_watch = finished_run
+    from vfrl.cpu_cores import parse
+
+    vllm = parse((run_dir / "inference.sh").read_text().split("VLLM_CPU_OMP_THREADS_BIND=")[1].split()[0].strip("'\""))
+    cores = key_watch.cores
+    assert cores is not None and cores["engine core"] and cores["api server"], cores
+    assert cores["api server"] == {frozenset(os.sched_getaffinity(0))}, cores
+    assert all(c <= vllm for c in cores["engine core"]) and all(c < os.sched_getaffinity(0) for c in cores["engine core"]), cores
 
 
 def test_run_leaves_no_process_and_no_session(finished_run):

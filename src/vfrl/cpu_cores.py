@@ -1,15 +1,24 @@
-"""No GPU: vLLM and the trainer each keep to their own cores.
+"""No GPU: vLLM and the trainer each keep to their own cores, but for vLLM's API server.
 
 The launch plan splits the cores (plan.split_cpus): vLLM's worker threads are bound to the first half by
 vLLM itself (VLLM_CPU_OMP_THREADS_BIND), but its API server and the rest of its engine core (which runs the
 worker: inference/server.py) are not; the trainer's threads float over every core. So each side pins its
 whole process tree: vf-vllm to the cores in VLLM_CPU_OMP_THREADS_BIND, vf-train to those in
 VFRL_TRAINER_CORES (the rest). Cores this process may not use are left out; none left: no pinning.
+
+Once vLLM serves, its API server (HTTP, request and reply handling, detokenizing) is let out onto every core
+vf-vllm was given (`free_api_server`); its engine core and workers, started by then, stay on vLLM's cores. On
+2 cores the engine core and the API server otherwise share one core while the trainer's idles part of the
+step: the quick start's step is ~12% shorter with the API server free (docs/benchmarks.md, item 18). The
+engine core stays pinned: it busy-waits on its queues, and let out it took the trainer's core (item 4).
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import time
+import urllib.request
 
 TRAINER_CORES_ENV = "VFRL_TRAINER_CORES"
 
@@ -35,3 +44,31 @@ def pin(spec: str | None) -> set[int] | None:
         return None
     os.sched_setaffinity(0, cores)
     return cores
+
+
+def free_api_server(server_pid: int, cores: set[int], health_url: str, poll_s: float = 0.5) -> threading.Thread:
+    """In a daemon thread: once `health_url` answers (vLLM serves: its engine cores have started, pinned, and
+    the API server starts no more processes), let every thread of process `server_pid`, the API server, run
+    on `cores`. Threads it starts later inherit that from the thread that starts them. Gives up quietly when
+    the server ends first."""
+
+    def free() -> None:
+        while os.path.exists(f"/proc/{server_pid}"):
+            try:
+                with urllib.request.urlopen(health_url, timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            time.sleep(poll_s)
+        else:
+            return
+        for task in os.listdir(f"/proc/{server_pid}/task") if os.path.exists(f"/proc/{server_pid}") else ():
+            try:
+                os.sched_setaffinity(int(task), cores)
+            except OSError:  # a thread that ended meanwhile
+                pass
+
+    thread = threading.Thread(target=free, name="free-api-server", daemon=True)
+    thread.start()
+    return thread

@@ -25,7 +25,7 @@ from typing import Annotated, Any
 import typer
 
 from vfrl.config import load_config
-from vfrl.inference.endpoints import route_path
+from vfrl.inference.endpoints import client_host, route_path
 from vfrl.inference.lora_ranks import lora_rank_ceiling
 from vfrl.inference.reload_route import RELOAD_MIDDLEWARE
 
@@ -194,14 +194,19 @@ def serve(
     argv = config_argv(cfg, port)
     if pid_file:  # this process, not the server: it lives until the server and all it started are gone
         pid_file.write_text(str(os.getpid()))
-    if _cpu_build():  # the CPU build: the server and its engine core stay on vLLM's cores
-        from vfrl.cpu_cores import pin
+    started = None
+    if _cpu_build():  # the CPU build: the server and its engine core stay on vLLM's cores; once it serves, the
+        from vfrl.cpu_cores import free_api_server, pin  # API server alone goes back to every core (cpu_cores.py)
 
-        pin(os.environ.get("VLLM_CPU_OMP_THREADS_BIND"))
+        given = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+        if (pinned := pin(os.environ.get("VLLM_CPU_OMP_THREADS_BIND"))) and pinned != given:
+            health = f"http://{client_host(cfg.inference.host)}:{port or cfg.inference.port}/health"
+            started = lambda pid: free_api_server(pid, given, health)  # noqa: E731
     print("vf-vllm:", " ".join(argv[1:]), flush=True)
     from vfrl.inference.supervisor import run_supervised
 
-    raise typer.Exit(run_supervised(argv, server_env(dict(os.environ), not cfg.serves_adapters, argv)))
+    raise typer.Exit(run_supervised(argv, server_env(dict(os.environ), not cfg.serves_adapters, argv),
+                                    started=started))
 
 
 def config_argv(cfg, port: int | None = None) -> list[str]:

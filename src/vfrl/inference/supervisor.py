@@ -47,9 +47,12 @@ def end_group(pgid: int, linger: float = 5.0, grace: float = 10.0) -> list[int]:
     return left
 
 
-def run_supervised(argv: list[str], env: dict[str, str], say=print) -> int:
-    """Run `argv` as the leader of a new process group; return its exit code (128 + N for signal N)."""
+def run_supervised(argv: list[str], env: dict[str, str], say=print, started=None) -> int:
+    """Run `argv` as the leader of a new process group; return its exit code (128 + N for signal N).
+    `started(pid)`, when given, is called with the server's pid once it is running."""
     proc = subprocess.Popen(argv, env=env, process_group=0)
+    if started is not None:
+        started(proc.pid)
 
     def forward(signum, _frame):
         _signal_group(proc.pid, signum)
