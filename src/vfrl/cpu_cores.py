@@ -9,7 +9,7 @@ VFRL_TRAINER_CORES (the rest). Cores this process may not use are left out; none
 Once vLLM serves, its API server (HTTP, request and reply handling, detokenizing) is let out onto every core
 vf-vllm was given (`free_api_server`); its engine core and workers, started by then, stay on vLLM's cores. On
 2 cores the engine core and the API server otherwise share one core while the trainer's idles part of the
-step: the quick start's step is ~12% shorter with the API server free (docs/benchmarks.md, item 18). The
+step: the quick start's step is 8-12% shorter with the API server free (docs/benchmarks.md, item 18). The
 engine core stays pinned: it busy-waits on its queues, and let out it took the trainer's core (item 4).
 """
 
@@ -52,10 +52,12 @@ def free_api_server(server_pid: int, cores: set[int], health_url: str, poll_s: f
     on `cores`. Threads it starts later inherit that from the thread that starts them. Gives up quietly when
     the server ends first."""
 
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through an http_proxy
+
     def free() -> None:
         while os.path.exists(f"/proc/{server_pid}"):
             try:
-                with urllib.request.urlopen(health_url, timeout=2) as reply:
+                with direct.open(health_url, timeout=2) as reply:
                     if reply.status == 200:
                         break
             except OSError:
