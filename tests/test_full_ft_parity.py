@@ -83,6 +83,7 @@ def test_vllm_logprobs_match_trainer_after_full_weight_sync(vllm_server, sync, t
     previous = sample(base_url, str(tiny_model))
     assert max_logprob_gap(model, previous) < 1e-4  # the served base model before any sync
     for version in (1, 2):  # a second sync must replace the first, and the prompts' prefix cache must not leak
+        sample_long(base_url, str(tiny_model))  # its full KV blocks (128 tokens on the CPU build) are now cached
         model = perturbed(model, seed=version)
         name, seconds = sync.push(model, version)
         assert name == str(tiny_model) and seconds > 0
@@ -90,6 +91,9 @@ def test_vllm_logprobs_match_trainer_after_full_weight_sync(vllm_server, sync, t
         rollouts = sample(base_url, name)
         gap = max_logprob_gap(model, rollouts)
         assert gap < 1e-4, f"version {version}: max |vLLM - trainer| logprob = {gap:.2e}"
+        # the same long prompt again: a prefix-cache block computed by the old weights would make these disagree
+        gap = max_logprob_gap(model, sample_long(base_url, name))
+        assert gap < 1e-4, f"version {version}, a prompt cached before the push: max gap {gap:.2e}"
         assert [r.completion_logprobs for r in rollouts] != [r.completion_logprobs for r in previous]
         previous = rollouts
         # the packed GEMM handles (oneDNN on the CPU build) compute with the new weights, tied lm_head included
@@ -101,6 +105,23 @@ def test_vllm_logprobs_match_trainer_after_full_weight_sync(vllm_server, sync, t
     # the worker the weights went to ran inside the engine core (the CPU build's uni executor): no worker process
     log = (tmp / "server.log").read_text()
     assert "(EngineCore pid=" in log and "(Worker pid=" not in log and "VllmWorker" not in log
+
+
+def sample_long(base_url, model_name):
+    """Two rollouts of one ~400-token prompt (three full KV blocks of the CPU build's 128), seeded."""
+    from openai import AsyncOpenAI
+
+    from vfrl import load_environment
+
+    env = load_environment("reverse-text")
+    row = {**env.dataset[0], "prompt": [{"role": "user", "content": "reverse this: " + "abcdefghij" * 40}]}
+
+    async def run():
+        client = AsyncOpenAI(base_url=base_url, api_key=API_KEY)
+        return await asyncio.gather(*(env.rollout(client, model_name, row, 0, {"temperature": 1.0, "max_tokens": 4,
+                                                                               "seed": j}) for j in range(2)))
+
+    return asyncio.run(run())
 
 
 def long_requests_with_a_sync_midway(base_url, model_name, push, n=4, max_tokens=900):
