@@ -65,7 +65,11 @@ def free_api_server(server_pid: int, cores: set[int], health_url: str, poll_s: f
             time.sleep(poll_s)
         else:
             return
-        for task in os.listdir(f"/proc/{server_pid}/task") if os.path.exists(f"/proc/{server_pid}") else ():
+        try:
+            tasks = os.listdir(f"/proc/{server_pid}/task")
+        except OSError:  # the server ended meanwhile
+            return
+        for task in tasks:
             try:
                 os.sched_setaffinity(int(task), cores)
             except OSError:  # a thread that ended meanwhile
