@@ -20,6 +20,7 @@ import torch
 from vfrl.envs.environment import Rollout
 from vfrl.trainer.advantages import group_advantages
 from vfrl.trainer.normalization import loss_weights
+from vfrl.trainer.shared_prefix import unpadded
 
 
 @dataclass
@@ -52,12 +53,11 @@ class TrainBatch:
         token attends to and no loss reads: cutting them changes no logprob, only the work. The loss
         weights are the whole batch's (normalization.py), so which rows share a micro-batch does not
         change the step's gradient either."""
-        lengths = self.attention_mask.sum(1)
         if by_prefix:
-            rows = [ids[:n] for ids, n in zip(self.input_ids.tolist(), lengths.tolist())]
+            rows = unpadded(self.input_ids, self.attention_mask)
             order = torch.tensor(sorted(range(len(rows)), key=rows.__getitem__), dtype=torch.long)
         else:
-            order = torch.argsort(lengths, stable=True)
+            order = torch.argsort(self.attention_mask.sum(1), stable=True)
         parts = [self._map(lambda t, rows=order[i:i + size]: t[rows]) for i in range(0, len(self), size)]
         return [part.trimmed() for part in parts]
 

@@ -29,6 +29,11 @@ class Packed:
     index: torch.Tensor  # (B, T) where each row position's hidden state is, in the (P * N) flattened packs
 
 
+def unpadded(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:
+    """Each right-padded row's own tokens."""
+    return [ids[:n] for ids, n in zip(input_ids.tolist(), attention_mask.sum(1).tolist())]
+
+
 def common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     for i in range(n):
@@ -68,8 +73,7 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, pair_cost: float
     pairs_per_token) plus attention pairs. Under the packed mask the attention computes every query-key pair of
     a sequence, where plain causal rows skip the half after each query: long rows after a short prefix cost
     more packed."""
-    lengths = attention_mask.sum(1).tolist()
-    rows = [ids[:n] for ids, n in zip(input_ids.tolist(), lengths)]
+    rows = unpadded(input_ids, attention_mask)
     runs = plan(rows)
     sizes = [shared + sum(len(rows[j]) - shared for j in members) for shared, members in runs]
     P, N = len(runs), max(sizes)
@@ -92,7 +96,7 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, pair_cost: float
             positions[p, at:at + len(own)] = torch.arange(shared, shared + len(own))
             segment[p, at:at + len(own)] = k
             index[j, :shared] = base + torch.arange(shared)
-            index[j, shared:lengths[j]] = base + torch.arange(at, at + len(own))
+            index[j, shared:len(rows[j])] = base + torch.arange(at, at + len(own))
             at += len(own)
     n = torch.arange(N)
     causal = n[None, :] <= n[:, None]  # (N, N): key m at or before query n
