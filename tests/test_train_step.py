@@ -324,6 +324,32 @@ def test_micro_batches_go_by_length_without_padding_columns_and_keep_the_gradien
     assert all(torch.allclose(g, h, rtol=1e-4, atol=1e-7) for g, h in grads) and any(g.abs().sum() > 0 for g, _ in grads)
 
 
+def test_a_step_lays_out_its_micro_batches_from_cpu_tensors_and_trains_as_the_rows_do(tiny_model, tmp_path,
+                                                                                      monkeypatch):
+    """On a GPU, reading a micro-batch's tokens there waits for every kernel queued before: the layout
+    (shared_prefix.layout) is worked out before the tensors move. Packed or not, the step is the same."""
+    from vfrl.trainer import trainer as trainer_module
+    from vfrl.trainer.shared_prefix import layout
+
+    seen = []
+
+    def spy(model, input_ids, attention_mask):
+        out = layout(model, input_ids, attention_mask)
+        seen.append((input_ids.device.type, attention_mask.device.type, out is not None))
+        return out
+
+    monkeypatch.setattr(trainer_module, "layout", spy)
+    packed = make_trainer(tiny_model, tmp_path / "packed", beta=0.1)
+    rows = make_trainer(tiny_model, tmp_path / "rows", beta=0.1)
+    batch = fake_batch(packed)
+    a = packed.train_step(batch)
+    assert seen == [("cpu", "cpu", True)] * GROUPS  # one micro-batch per group, each packed
+    monkeypatch.setattr(trainer_module, "layout", lambda *args: None)
+    b = rows.train_step(batch)
+    for key in ("loss", "grad_norm", "kl", "mismatch_kl", "entropy"):
+        assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-7), key
+
+
 def test_an_adapter_push_writes_what_peft_loads_without_a_model_card(tiny_model, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from vfrl.trainer.shared_prefix import hidden_states
+from vfrl.trainer.shared_prefix import Packed, hidden_states
 
 _NO_POSITION = torch.empty(0, dtype=torch.long)
 
@@ -89,10 +89,12 @@ def naive_sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torc
 def sequence_logprobs_and_entropy(
     model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
     positions: torch.Tensor | None = None, chunk_size: int = 1024, with_entropy: bool = True,
+    packed: Packed | None | str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """input_ids, attention_mask: (B, T) -> (logprobs, entropy), (B, T-1) each: logprob of token t+1 given
     tokens <= t, and the entropy of that next-token distribution. Only `positions` ((B, T-1) bool;
-    default all) are computed; the rest are 0. Entropy is detached (and 0 unless `with_entropy`)."""
+    default all) are computed; the rest are 0. Entropy is detached (and 0 unless `with_entropy`).
+    `packed`: shared_prefix.layout of these rows, or "auto" (worked out from them)."""
     inner = getattr(model, "module", model)  # DDP-style wrappers
     if positions is not None and not positions.any():  # nothing asked for: skip the forward pass
         zeros = torch.zeros(positions.shape, dtype=torch.float32, device=positions.device)
@@ -103,7 +105,8 @@ def sequence_logprobs_and_entropy(
             logprobs, entropy = logprobs * positions, entropy * positions
         return logprobs, entropy
     # (B, T-1, H), after the final norm; rows that share a prefix forward it once (shared_prefix.py)
-    hidden = hidden_states(model, input_ids, attention_mask, logits_to_keep=_NO_POSITION.to(input_ids.device))[:, :-1]
+    hidden = hidden_states(model, input_ids, attention_mask, packed,
+                           logits_to_keep=_NO_POSITION.to(input_ids.device))[:, :-1]
     if positions is None:
         positions = torch.ones(hidden.shape[:2], dtype=torch.bool, device=hidden.device)
     positions = positions.bool()
@@ -126,7 +129,8 @@ def sequence_logprobs_and_entropy(
 
 
 def sequence_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
-                      positions: torch.Tensor | None = None, chunk_size: int = 1024) -> torch.Tensor:
+                      positions: torch.Tensor | None = None, chunk_size: int = 1024,
+                      packed: Packed | None | str = "auto") -> torch.Tensor:
     """input_ids, attention_mask: (B, T) -> logprob of token t+1 given tokens <= t: (B, T-1)."""
     return sequence_logprobs_and_entropy(model, input_ids, attention_mask, temperature, positions, chunk_size,
-                                         with_entropy=False)[0]
+                                         with_entropy=False, packed=packed)[0]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from vfrl.trainer.logprobs import sequence_logprobs
+from vfrl.trainer.shared_prefix import packs
 
 
 class ReferencePolicy:
@@ -26,9 +27,11 @@ class ReferencePolicy:
             self.frozen.requires_grad_(False).eval()
 
     @torch.no_grad()
-    def logprobs(self, input_ids, attention_mask, temperature: float, positions=None, chunk_size: int = 1024):
+    def logprobs(self, input_ids, attention_mask, temperature: float, positions=None, chunk_size: int = 1024,
+                 packed="auto"):
         if self.frozen is not None:
-            return sequence_logprobs(self.frozen, input_ids, attention_mask, temperature, positions, chunk_size)
+            packed = packed if packs(self.frozen) else None  # a layout made for the trained model
+            return sequence_logprobs(self.frozen, input_ids, attention_mask, temperature, positions, chunk_size, packed)
         inner = getattr(self.model, "module", self.model)
         with inner.disable_adapter():  # a peft model: base weights only
-            return sequence_logprobs(self.model, input_ids, attention_mask, temperature, positions, chunk_size)
+            return sequence_logprobs(self.model, input_ids, attention_mask, temperature, positions, chunk_size, packed)

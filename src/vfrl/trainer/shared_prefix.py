@@ -17,6 +17,7 @@ rows' separate forwards did. Only the order of floating-point sums changes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -25,8 +26,23 @@ import torch
 class Packed:
     input_ids: torch.Tensor  # (P, N) the packed sequences, right-padded
     position_ids: torch.Tensor  # (P, N)
-    mask: torch.Tensor  # (P, 1, N, N) bool, True where query position n may attend to key position m
+    segment: torch.Tensor  # (P, N) 0: the prefix, k: the run's k-th row, -1: padding
     index: torch.Tensor  # (B, T) where each row position's hidden state is, in the (P * N) flattened packs
+
+    @cached_property
+    def mask(self) -> torch.Tensor:
+        """(P, 1, N, N) bool, True where query position n may attend to key position m: built where `segment` is
+        (on a GPU, a few kernels instead of a copy of P * N * N bytes), once for every forward of these rows."""
+        n = torch.arange(self.segment.shape[1], device=self.segment.device)
+        causal = n[None, :] <= n[:, None]  # (N, N): key m at or before query n
+        q, k = self.segment[:, :, None], self.segment[:, None, :]
+        # the prefix, or the query's own row; padding (-1, at the end) sees the prefix and the padding up to itself,
+        # so no query attends to nothing (a NaN in some kernels)
+        mask = causal & ((k == q) | (k == 0))
+        return mask[:, None]
+
+    def to(self, device) -> "Packed":
+        return Packed(*(t.to(device) for t in (self.input_ids, self.position_ids, self.segment, self.index)))
 
 
 def unpadded(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:
@@ -98,13 +114,7 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, pair_cost: float
             index[j, :shared] = base + torch.arange(shared)
             index[j, shared:len(rows[j])] = base + torch.arange(at, at + len(own))
             at += len(own)
-    n = torch.arange(N)
-    causal = n[None, :] <= n[:, None]  # (N, N): key m at or before query n
-    q, k = segment[:, :, None], segment[:, None, :]
-    mask = causal & ((k == 0) | (k == q)) & (k >= 0) & (q >= 0)
-    mask |= torch.eye(N, dtype=torch.bool) & (segment < 0)[:, :, None]  # padding attends to itself: never a NaN row
-    return Packed(ids.to(input_ids.device), positions.to(input_ids.device), mask[:, None].to(input_ids.device),
-                  index.to(input_ids.device))
+    return Packed(ids, positions, segment, index).to(input_ids.device)
 
 
 def model_config(model):
@@ -125,11 +135,20 @@ def packs(model) -> bool:
     return getattr(config, "sliding_window", None) is None or getattr(config, "use_sliding_window", True) is False
 
 
-def hidden_states(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, **kwargs) -> torch.Tensor:
-    """The last hidden states (after the final norm), (B, T, H), of right-padded rows: forwarded packed where that
-    is less work and the model takes the mask, else as they are. Positions past a row's end hold some other
-    position's state: nothing may read them."""
-    packed = pack(input_ids, attention_mask, pairs_per_token(model_config(model))) if packs(model) else None
+def layout(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Packed | None:
+    """How `model` forwards these rows: packed where that is less work and the model takes the mask, else None (as
+    they are). It reads the tokens: given CPU tensors, the device has nothing to wait for (a GPU tensor's tokens
+    wait for every kernel queued before them)."""
+    return pack(input_ids, attention_mask, pairs_per_token(model_config(model))) if packs(model) else None
+
+
+def hidden_states(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, packed: Packed | None | str = "auto",
+                  **kwargs) -> torch.Tensor:
+    """The last hidden states (after the final norm), (B, T, H), of right-padded rows, forwarded as `packed` says
+    (a `layout` of these rows, on their device; "auto": work it out here). Positions past a row's end hold some
+    other position's state: nothing may read them."""
+    if isinstance(packed, str):
+        packed = layout(model, input_ids, attention_mask)
     if packed is None:
         out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, **kwargs)
         return out.hidden_states[-1]

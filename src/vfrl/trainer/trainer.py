@@ -44,7 +44,7 @@ from vfrl.trainer.inference_watch import (
 )
 from vfrl.trainer.mismatch import MismatchWatch
 from vfrl.trainer.orchestrator import Batch, Orchestrator
-from vfrl.trainer.shared_prefix import packs
+from vfrl.trainer.shared_prefix import Packed, layout, packs
 from vfrl.trainer.torch_thread import TorchThread
 from vfrl.trainer.policy import compute_dtype, load_policy, make_accelerator, prepare_training
 from vfrl.trainer.wandb_sink import NoWandb, WandbSink
@@ -252,15 +252,20 @@ class RLTrainer:
         tb, rewards = make_train_batch(batch.rollouts, a, self.pad_id, batch.sizes())  # with whole-batch loss weights
         # each without its padding columns; rows that start alike together where the model forwards them packed
         parts = tb.micro_batches(a.micro_batch_size, by_prefix=packs(self.model))
-        micro = [parts[k].to(self.accelerator.device) for k in self.ranks.mine(len(parts))]  # all, with one process
+        micro, device = [], self.accelerator.device
+        for k in self.ranks.mine(len(parts)):  # all, with one process
+            # how it is forwarded (shared_prefix.layout), from its CPU tensors: from a GPU's, reading the tokens
+            # would wait for the previous micro-batch's backward, and the GPU would idle while the layout is built
+            packed = layout(self.model, parts[k].input_ids, parts[k].attention_mask)
+            micro.append((parts[k].to(device), None if packed is None else packed.to(device)))
         sums = dict.fromkeys(["loss", "grad_norm", "low", "high", "entropy", "mismatch_kl", "kl", "sampled"], 0.0)
         self.model.train()
         for it in range(a.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
-            for mb in micro:
-                synced = mb is micro[-1]  # DDP all-reduces the gradients in this backward
+            for mb, packed in micro:
+                synced = mb is micro[-1][0]  # DDP all-reduces the gradients in this backward
                 with contextlib.nullcontext() if synced else self.accelerator.no_sync(self.model):
-                    for key, value in self.micro_step(mb, it == 0, synced and self.ranks.world_size > 1).items():
+                    for key, value in self.micro_step(mb, packed, it == 0, synced and self.ranks.world_size > 1).items():
                         sums[key] += value
             sums["grad_norm"] += float(self.accelerator.clip_grad_norm_(self.model.parameters(), a.max_grad_norm))
             self.optimizer.step()
@@ -271,17 +276,17 @@ class RLTrainer:
         loss_tokens = int(tb.loss_mask.sum())
         return self.update_metrics(sums, loss_tokens) | batch_metrics(batch, tb, rewards, loss_tokens)
 
-    def micro_step(self, mb: TrainBatch, first: bool, must_backward: bool) -> dict[str, float]:
-        """Forward and backward of one micro-batch (on the device); returns its metric sums. The step's first
-        iteration also fixes mb's old and reference logprobs. `must_backward`: this backward is the one DDP
-        all-reduces in, so it runs even without loss tokens (every rank must join)."""
+    def micro_step(self, mb: TrainBatch, packed: Packed | None, first: bool, must_backward: bool) -> dict[str, float]:
+        """Forward and backward of one micro-batch (on the device), laid out as `packed` says; returns its metric
+        sums. The step's first iteration also fixes mb's old and reference logprobs. `must_backward`: this
+        backward is the one DDP all-reduces in, so it runs even without loss tokens (every rank must join)."""
         a = self.args
         # lm_head's chunks (and the reference) run outside the model's forward: under the same autocast as it
         with self.accelerator.autocast():
             logprobs, entropy = sequence_logprobs_and_entropy(self.model, mb.input_ids, mb.attention_mask,
                                                               a.temperature, mb.loss_mask > 0, a.logprob_chunk_size,
-                                                              with_entropy=first)
-            sums = self.fix_old_policy(mb, logprobs.detach(), entropy) if first else {}
+                                                              with_entropy=first, packed=packed)
+            sums = self.fix_old_policy(mb, packed, logprobs.detach(), entropy) if first else {}
         out = compute_loss(LossInputs(logprobs, mb.old_logprobs, mb.ref_logprobs, mb.advantages, mb.loss_mask,
                                       mb.loss_weights), a)
         if first and out.kl is not None:
@@ -290,13 +295,14 @@ class RLTrainer:
         if not out.loss.requires_grad and must_backward:  # no loss tokens, so no forward ran: a zero-gradient one
             with self.accelerator.autocast():
                 full, _ = sequence_logprobs_and_entropy(self.model, mb.input_ids, mb.attention_mask, a.temperature,
-                                                        None, a.logprob_chunk_size, with_entropy=False)
+                                                        None, a.logprob_chunk_size, with_entropy=False, packed=packed)
             backward = 0.0 * full.sum()
         if backward.requires_grad:  # a micro-batch without loss tokens has nothing to backpropagate
             self.accelerator.backward(backward)
         return sums | {"loss": float(out.loss.detach()), "low": float(out.low), "high": float(out.high)}
 
-    def fix_old_policy(self, mb: TrainBatch, logprobs: torch.Tensor, entropy: torch.Tensor) -> dict[str, float]:
+    def fix_old_policy(self, mb: TrainBatch, packed: Packed | None, logprobs: torch.Tensor,
+                       entropy: torch.Tensor) -> dict[str, float]:
         """Before the first update: pi_old (see train_step) and pi_ref of micro-batch `mb`, and the sums of what
         describes the policy before this step (entropy, mismatch with vLLM, sampled tokens). `logprobs`: (B, T)."""
         a = self.args
@@ -304,7 +310,7 @@ class RLTrainer:
         mb.old_logprobs = torch.where(sampled, mb.sampling_logprobs, logprobs)
         if self.reference is not None:
             mb.ref_logprobs = self.reference.logprobs(mb.input_ids, mb.attention_mask, a.temperature,
-                                                      mb.loss_mask > 0, a.logprob_chunk_size)
+                                                      mb.loss_mask > 0, a.logprob_chunk_size, packed)
         return {"entropy": float((entropy * mb.loss_mask).sum()),
                 "mismatch_kl": float((mismatch_kl(logprobs, mb.old_logprobs) * sampled).sum()),
                 "sampled": float(sampled.sum())}
