@@ -12,6 +12,7 @@ random weights and the tiny model's character tokenizer padded to that vocabular
     machine             torch's view of the GPU vs vf-rl's nvidia-smi probe (what the launcher plans with)
     model               make the model; its parameter count vs the launcher's estimate from config.json
     logprobs            chunked lm_head logprobs vs naive full-vocabulary logits: values, gradients, peak memory
+    shared_prefix       a group's rows forwarded packed (prompt once) vs each on its own: fp32 logprobs and gradients, bf16 error, time, memory
     train_lora          RLTrainer.train_step with LoRA in bf16: tokens/s, MFU, peak memory vs the launcher's estimate
     train_full          the same, full fine-tuning
     train_<lora|full>_liger   the same with trainer.args.use_liger_kernel (liger-kernel's fused RMSNorm, rotary, SwiGLU)
@@ -174,12 +175,12 @@ def check_model(ctx: Context) -> dict:
             "dtype": str(ctx.dtype), "made_and_saved_s": round(made_s, 2), "dir": str(ctx.model_dir)}
 
 
-def load_model(ctx: Context, lora: bool):
+def load_model(ctx: Context, lora: bool, dtype=None):
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(ctx.model_dir, dtype=ctx.dtype).to(ctx.device)
+    model = AutoModelForCausalLM.from_pretrained(ctx.model_dir, dtype=dtype or ctx.dtype).to(ctx.device)
     if lora:
         torch.manual_seed(1)
         model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear"))
@@ -226,6 +227,100 @@ def check_logprobs(ctx: Context) -> dict:
             "max_abs_logprob_diff": diff, "max_rel_grad_diff": rel, "tolerance": tol}
     if diff > tol[0] or rel > tol[1]:
         raise RuntimeError(f"chunked and naive differ: logprobs by {diff:.2e}, gradients by {rel:.2e} (relative)")
+    return out
+
+
+def group_rows(ctx: Context, seed: int = 0):
+    """One GRPO group as the trainer gets it: rollouts_per_example rows that share a (max_seq_len - max_tokens)-token
+    prompt, each with its own completion of 1/2 to all of max_tokens, right-padded; and the completion positions."""
+    import torch
+
+    s, g = ctx.sizes, torch.Generator().manual_seed(seed)
+    prompt = s["max_seq_len"] - s["max_tokens"]
+    n = s["rollouts_per_example"]
+    ids = torch.randint(0, ctx.shape["vocab_size"], (n, s["max_seq_len"]), generator=g)
+    ids[:, :prompt] = ids[0, :prompt]
+    lengths = prompt + torch.randint(s["max_tokens"] // 2, s["max_tokens"] + 1, (n,), generator=g)
+    attn = (torch.arange(s["max_seq_len"])[None, :] < lengths[:, None]).long()
+    ids = ids * attn
+    positions = attn[:, 1:].bool() & (torch.arange(1, s["max_seq_len"])[None, :] >= prompt)
+    return ids.to(ctx.device), attn.to(ctx.device), positions.to(ctx.device)
+
+
+def check_shared_prefix(ctx: Context) -> dict:
+    """The shared-prefix forward (trainer/shared_prefix.py: a group's prompt forwarded once, under a boolean sdpa
+    mask) against each row forwarded on its own, on this device's attention kernels: the same logprobs and LoRA
+    gradients in fp32; in bf16 no farther from fp32's than the rows' own forward is; its time and peak memory."""
+    import torch
+
+    from vfrl.trainer import shared_prefix
+    from vfrl.trainer.logprobs import sequence_logprobs_and_entropy
+
+    ids, attn, positions = group_rows(ctx)
+    rows = f"{ids.shape[0]} rows of {int(attn.sum(1).min())}-{int(attn.sum(1).max())} tokens"
+    results: dict = {}
+    for dtype in (torch.float32, ctx.dtype):
+        model = load_model(ctx, lora=True, dtype=dtype)
+        model.train()
+        if not shared_prefix.packs(model):
+            raise RuntimeError(f"the model does not take the packed mask (attention {model.config._attn_implementation})")
+        t0 = time.perf_counter()
+        packed = shared_prefix.layout(model, ids.cpu(), attn.cpu())  # as the trainer does it: from CPU tensors
+        layout_s = time.perf_counter() - t0
+        if packed is None:
+            raise RuntimeError("pack() judged the group not worth packing")
+        for variant in ("rows", "packed"):
+            times = []
+            for _ in range(3 if dtype == ctx.dtype else 1):  # bf16: a warm-up and two timed
+                model.zero_grad(set_to_none=True)
+                base = ctx.reset_peak()
+                t0 = time.perf_counter()
+                how = packed.to(ctx.device) if variant == "packed" else None  # its mask is built in the forward
+                lp = sequence_logprobs_and_entropy(model, ids, attn, positions=positions, with_entropy=False,
+                                                   packed=how)[0]
+                lp[positions].sum().backward()
+                ctx.sync()
+                times.append(time.perf_counter() - t0)
+                peak = ctx.peak()
+            results[(dtype, variant)] = {
+                "logprobs": lp.detach().float()[positions],
+                "grads": {n: p.grad.float().clone() for n, p in model.named_parameters() if p.grad is not None},
+                "seconds": [round(t, 3) for t in times[1:] or times],
+                "peak_above_baseline_gib": gib(None if peak is None else peak - base)}
+        del model
+        if ctx.device == "cuda":
+            torch.cuda.empty_cache()
+
+    def distance(a, b) -> dict:
+        lp = (a["logprobs"] - b["logprobs"]).abs()
+        rel = max(((a["grads"][n] - b["grads"][n]).norm() / b["grads"][n].norm().clamp_min(1e-12)).item()
+                  for n in b["grads"])
+        return {"max_abs_logprob": round(lp.max().item(), 6), "mean_abs_logprob": round(lp.mean().item(), 6),
+                "max_rel_grad": round(rel, 6)}
+
+    f32, low = torch.float32, ctx.dtype
+    out = {"shape": f"{rows}, one shared {ctx.sizes['max_seq_len'] - ctx.sizes['max_tokens']}-token prompt, "
+                    f"LoRA r8, vocab {ctx.shape['vocab_size']}",
+           "packed_tokens": int(packed.input_ids.shape[1]), "row_tokens": int(ids.numel()),
+           "layout_s": round(layout_s, 4),
+           "fp32_packed_vs_rows": distance(results[(f32, "packed")], results[(f32, "rows")]),
+           "fp32_grad_norm": round(sum(g.norm() ** 2 for g in results[(f32, "rows")]["grads"].values()).item() ** 0.5, 4)}
+    tol = 1e-3 if ctx.device == "cuda" else 1e-4  # CUDA's fp32 kernels sum in another order per shape
+    if low != f32:
+        out[f"{low}_rows_vs_fp32"] = distance(results[(low, "rows")], results[(f32, "rows")])
+        out[f"{low}_packed_vs_fp32"] = distance(results[(low, "packed")], results[(f32, "rows")])
+    for variant in ("rows", "packed"):
+        r = results[(low, variant)]
+        out[variant] = {"seconds": r["seconds"], "peak_above_baseline_gib": r["peak_above_baseline_gib"]}
+    fp32 = out["fp32_packed_vs_rows"]
+    if not out["fp32_grad_norm"] > 0:
+        raise RuntimeError("no gradient reached the adapter")
+    if fp32["max_abs_logprob"] > tol or fp32["max_rel_grad"] > tol:
+        raise RuntimeError(f"packed and per-row forwards differ in fp32: {fp32} (tolerance {tol})")
+    if low != f32:
+        own, packed_err = out[f"{low}_rows_vs_fp32"], out[f"{low}_packed_vs_fp32"]
+        if packed_err["mean_abs_logprob"] > 1.5 * own["mean_abs_logprob"] + 1e-3:
+            raise RuntimeError(f"packed in {low} is farther from fp32 than the rows' own forward: {packed_err} vs {own}")
     return out
 
 
@@ -704,6 +799,7 @@ def checks(ctx: Context) -> list[tuple[str, callable, tuple[str, ...], tuple[str
         ("machine", check_machine, ("torch",), ()),
         ("model", check_model, base, ("machine",)),
         ("logprobs", check_logprobs, base + ("peft",), ("model",)),
+        ("shared_prefix", check_shared_prefix, base + ("peft",), ("model",)),
         ("train_lora", lambda c: check_train(c, True), trainer, ("model",)),
         ("train_full", lambda c: check_train(c, False), trainer, ("model",)),
         ("train_lora_liger", lambda c: check_train(c, True, use_liger_kernel=True), trainer + ("liger_kernel",),

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAINER_CHECKS = ["machine", "model", "logprobs", "train_lora", "train_full", "resume_lora", "resume_full",
+TRAINER_CHECKS = ["machine", "model", "logprobs", "shared_prefix", "train_lora", "train_full", "resume_lora", "resume_full",
                   "shared_plan"]
 
 
@@ -20,6 +20,8 @@ def test_gpu_check_script_runs_its_trainer_checks_on_the_cpu_and_writes_results(
     assert {name: c["status"] for name, c in checks.items()} == dict.fromkeys(TRAINER_CHECKS, "ok")
     assert checks["model"]["result"]["params"] == checks["model"]["result"]["launcher_params"]
     assert checks["logprobs"]["result"]["max_abs_logprob_diff"] < 1e-4
+    packed = checks["shared_prefix"]["result"]
+    assert packed["packed_tokens"] < packed["row_tokens"] and packed["fp32_packed_vs_rows"]["max_abs_logprob"] < 1e-4
     for name in ("train_lora", "train_full"):
         r = checks[name]["result"]
         assert r["tokens_per_s"] > 0 and r["tensors_changed"].split(" of ")[0] == r["tensors_changed"].split(" of ")[1]
@@ -30,7 +32,7 @@ def test_gpu_check_script_runs_its_trainer_checks_on_the_cpu_and_writes_results(
     assert checks["resume_lora"]["result"]["other_seed_vs_continued"] > 0.01  # dropout drew from the RNG
     plan = checks["shared_plan"]["result"]
     assert plan["derived"] and 0 < plan["gpu_memory_utilization"] < 1
-    assert "logprobs" in run.stdout and "8 checks: 0 failed" in run.stdout  # the printed summary
+    assert "logprobs" in run.stdout and "9 checks: 0 failed" in run.stdout  # the printed summary
 
 
 def test_a_check_that_cannot_run_here_is_skipped_with_the_reason(tmp_path):
