@@ -44,6 +44,7 @@ from vfrl.trainer.inference_watch import (
 )
 from vfrl.trainer.mismatch import MismatchWatch
 from vfrl.trainer.orchestrator import Batch, Orchestrator
+from vfrl.trainer.sent_requests import SentRequests
 from vfrl.trainer.shared_prefix import Packed, layout, packs
 from vfrl.trainer.torch_thread import TorchThread
 from vfrl.trainer.policy import compute_dtype, load_policy, make_accelerator, prepare_training
@@ -431,7 +432,9 @@ class RLTrainer:
         from openai import AsyncOpenAI
 
         a = self.args
-        client = AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, timeout=a.generation_timeout, max_retries=2)
+        sent = SentRequests()
+        client = AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, timeout=a.generation_timeout, max_retries=2,
+                             http_client=sent.client())
         orch = Orchestrator(self.env, client, a)
         model = self.accelerator.unwrap_model(self.model)
         version = self.start_step  # policy version == optimizer steps done; 0 is the base model
@@ -450,7 +453,11 @@ class RLTrainer:
             if batch.policy_version < step - 1:  # the one-step off-policy contract
                 raise RuntimeError(f"batch {step} came from policy {batch.policy_version}: more than one step stale")
             if step + 1 < a.max_steps:
+                requests_out = sent.reach(orch.examples_per_step)  # a group's first request (n samples), or more
                 next_batch = asyncio.create_task(self.generate_on(orch, loading, step + 1, version))
+                # generation bounded this step (the loop waited): the next batch's requests go out before training
+                # starts, for up to the time this step waited anyway (sent_requests.py)
+                await sent.wait(requests_out, next_batch, limit=wait_s)
             if self.ranks.active:  # the other ranks wait in _follow for this batch
                 await self.torch_thread.run(self.ranks.share, batch)
             save_s = 0.0
