@@ -32,12 +32,12 @@ def test_the_packed_mask_lets_a_row_see_the_prefix_and_itself_only():
     packed = pack(ids, att)
     assert packed.input_ids.tolist() == [[5, 6, 1, 2, 3], [7, 0, 0, 0, 0]]
     assert packed.position_ids.tolist() == [[0, 1, 2, 3, 2], [0, 0, 0, 0, 0]]
-    assert packed.mask[0, 0].int().tolist() == [[1, 0, 0, 0, 0],
+    assert packed.mask()[0, 0].int().tolist() == [[1, 0, 0, 0, 0],
                                                 [1, 1, 0, 0, 0],
                                                 [1, 1, 1, 0, 0],
                                                 [1, 1, 1, 1, 0],
                                                 [1, 1, 0, 0, 1]]
-    assert packed.mask[1, 0].diagonal().all()  # padding attends to itself
+    assert packed.mask()[1, 0].diagonal().all()  # padding attends to itself
     assert packed.index[1, :3].tolist() == [0, 1, 4] and packed.index[2, 0].item() == 5
 
 

@@ -17,7 +17,6 @@ rows' separate forwards did. Only the order of floating-point sums changes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import torch
 
@@ -29,10 +28,9 @@ class Packed:
     segment: torch.Tensor  # (P, N) 0: the prefix, k: the run's k-th row, -1: padding
     index: torch.Tensor  # (B, T) where each row position's hidden state is, in the (P * N) flattened packs
 
-    @cached_property
     def mask(self) -> torch.Tensor:
         """(P, 1, N, N) bool, True where query position n may attend to key position m: built where `segment` is
-        (on a GPU, a few kernels instead of a copy of P * N * N bytes), once for every forward of these rows."""
+        (on a GPU, a few kernels instead of a copy of P * N * N bytes), for one forward and freed after it."""
         n = torch.arange(self.segment.shape[1], device=self.segment.device)
         causal = n[None, :] <= n[:, None]  # (N, N): key m at or before query n
         q, k = self.segment[:, :, None], self.segment[:, None, :]
@@ -152,7 +150,7 @@ def hidden_states(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     if packed is None:
         out = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, **kwargs)
         return out.hidden_states[-1]
-    out = model(input_ids=packed.input_ids, attention_mask=packed.mask, position_ids=packed.position_ids,
+    out = model(input_ids=packed.input_ids, attention_mask=packed.mask(), position_ids=packed.position_ids,
                 output_hidden_states=True, **kwargs)
     flat = out.hidden_states[-1].reshape(-1, out.hidden_states[-1].shape[-1])
     return flat[packed.index]
