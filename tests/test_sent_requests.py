@@ -42,29 +42,31 @@ def test_a_wait_given_up_on_is_dropped_at_the_next_request():
 
 def test_the_loop_s_wait_ends_when_the_requests_are_out_or_the_batch_ends_or_at_its_limit():
     """The trainer's hold before a training step (RLTrainer._train): the requests going out end it, not the batch."""
-    async def main() -> dict:
+    async def case(before: int, requests: int, then: float, limit: float) -> tuple[float, bool, bool]:
         sent, loop = SentRequests(), asyncio.get_running_loop()
-        out = {}
+        for _ in range(before):  # the batch before, its requests through this client or not
+            await sent.hook(None)
 
-        async def batch(requests: int, then: float):
+        async def batch():
             for _ in range(requests):
                 await asyncio.sleep(0.01)
                 await sent.hook(None)
             await asyncio.sleep(then)
 
-        for case, requests, then, limit in (("requests out", 3, 30, 30), ("batch ended", 1, 0, 30),
-                                            ("limit", 1, 30, 0.05), ("no limit", 3, 30, 0)):
-            requests_out = sent.reach(3)
-            task = asyncio.create_task(batch(requests, then))
-            t0 = loop.time()
-            await sent.wait(requests_out, task, limit)
-            out[case] = (loop.time() - t0, task.done(), requests_out.done())
-            task.cancel()
-        return out
+        requests_out = sent.reach(3)
+        task = asyncio.create_task(batch())
+        t0 = loop.time()
+        await sent.wait(requests_out, task, limit)
+        took, done = loop.time() - t0, task.done()
+        task.cancel()
+        return took, done, requests_out.done()
 
-    out = asyncio.run(main())
-    assert out["requests out"][0] < 10 and not out["requests out"][1]  # long before the 30 s batch ends
+    out = {name: asyncio.run(case(*args)) for name, args in {
+        "requests out": (3, 3, 30, 30), "batch ended": (3, 1, 0, 30), "limit": (3, 1, 30, 0.05),
+        "no limit": (3, 3, 30, 0), "requests not through this client": (0, 0, 30, 30)}.items()}
+    assert 0.02 < out["requests out"][0] < 10 and not out["requests out"][1]  # long before the 30 s batch ends
     assert out["batch ended"][0] < 10 and out["batch ended"][1]
-    assert out["limit"][0] < 10 and not out["limit"][1]
+    assert 0.05 <= out["limit"][0] < 10 and not out["limit"][1]
     assert out["no limit"][0] < 0.005  # a step training bounded: no wait at all
+    assert out["requests not through this client"][0] < 0.005  # verifiers v1's own client: nothing to wait for
     assert all(requests_out_done for _, _, requests_out_done in out.values())  # each dropped after

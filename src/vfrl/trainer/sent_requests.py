@@ -19,6 +19,10 @@ class SentRequests:
     def __init__(self) -> None:
         self.count = 0
         self._waiting: list[tuple[int, asyncio.Future]] = []
+        self._at_last_reach = 0
+        # whether the last batch's requests went through this client: an environment with a client of its own
+        # (verifiers v1's) sends none here, and a wait for them would only ever end at its limit
+        self.sees_batches = True
 
     async def hook(self, request: httpx.Request) -> None:
         """An httpx "request" event hook: called as each request (a retry too) goes out."""
@@ -29,16 +33,19 @@ class SentRequests:
         self._waiting = [(t, f) for t, f in self._waiting if not f.done()]
 
     def reach(self, n: int) -> asyncio.Future:
-        """Done once `n` more requests than now have gone out."""
+        """Done once `n` more requests than now have gone out. Called once a batch, before the next batch starts:
+        fewer than `n` since the last call means the batch in between sent its requests some other way."""
+        self.sees_batches = self.count - self._at_last_reach >= n
+        self._at_last_reach = self.count
         future = asyncio.get_running_loop().create_future()
         self._waiting.append((self.count + n, future))
         return future
 
-    @staticmethod
-    async def wait(requests_out: asyncio.Future, batch: asyncio.Future, limit: float) -> None:
+    async def wait(self, requests_out: asyncio.Future, batch: asyncio.Future, limit: float) -> None:
         """Until `requests_out` (a `reach`) is done, or `batch` (the batch that sends them: it failed, or sent
-        fewer), or `limit` seconds have passed; then `requests_out` is dropped."""
-        if limit > 0:
+        fewer), or `limit` seconds have passed; then `requests_out` is dropped. No wait where the last batch's
+        requests did not go through this client."""
+        if limit > 0 and self.sees_batches:
             await asyncio.wait([requests_out, batch], timeout=limit, return_when=asyncio.FIRST_COMPLETED)
         requests_out.cancel()
 
