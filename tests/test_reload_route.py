@@ -2,6 +2,8 @@
 its engine calls, and what it answers when the body or the reload is wrong. The real route, on a real
 vf-vllm, runs in every full-weight and merged-LoRA test (test_full_ft_parity.py)."""
 
+from types import SimpleNamespace
+
 import pytest
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
@@ -22,9 +24,11 @@ class Core:
 class Engine:
     """AsyncLLM's calls the route makes; `loads` is what the workers return, or an exception they raise."""
 
-    def __init__(self, loads, prefix_reset=True):
+    def __init__(self, loads, prefix_reset=True, prefix_caching=None):
         self.calls, self.loads, self.prefix_reset = [], loads, prefix_reset
         self.engine_core = Core(self.calls)
+        if prefix_caching is not None:  # AsyncLLM's vllm_config.cache_config, as far as the route reads it
+            self.vllm_config = SimpleNamespace(cache_config=SimpleNamespace(enable_prefix_caching=prefix_caching))
 
     async def collective_rpc(self, method, args=()):
         self.calls.append(("rpc", method, args))
@@ -53,6 +57,13 @@ def test_a_push_pauses_reloads_resets_the_prefix_cache_and_resumes_in_that_order
     assert r.status_code == 200 and r.json() == {"results": [{"version": 3, "load_s": 0.01}]}
     assert engine.calls == [("pause", "wait", False), ("rpc", "vfrl_reload_weights", ("/w/step-3", "3")),
                             ("reset_prefix_cache",), ("resume",)]
+
+
+@pytest.mark.parametrize("prefix_caching, resets", [(True, True), (None, True), (False, False)])
+def test_the_prefix_cache_is_reset_unless_vllm_keeps_none(prefix_caching, resets):
+    engine = Engine([{"version": 3}], prefix_caching=prefix_caching)
+    assert client(engine).post(RELOAD_PATH, json={"directory": "/w/step-3", "version": 3}).status_code == 200
+    assert (("reset_prefix_cache",) in engine.calls) is resets and engine.calls[-1] == ("resume",)
 
 
 @pytest.mark.parametrize("loads, prefix_reset, says", [

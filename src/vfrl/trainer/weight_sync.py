@@ -163,7 +163,7 @@ class FullWeightSync(WeightSync):
          admitting requests and lets the running ones finish on the old weights, so no request ever mixes
          two policies); calls the workers' `vfrl_reload_weights(dir, N)` (vfrl.inference.worker_extension:
          the files loaded in place, the CPU build's packed GEMM handles rebuilt; each returns N); resets the
-         prefix cache (no KV block computed by the old weights is reused); resumes.
+         prefix cache, if vLLM keeps one (no KV block computed by the old weights is reused); resumes.
     vLLM serves one model name throughout, so the name cannot carry the version: the trainer's
     counter does (`policy_version` per batch). It holds because the trainer loads a version only once the
     batch in flight has finished (`drain_before_push`), and the pause covers any other request still running.
