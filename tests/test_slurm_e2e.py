@@ -99,6 +99,12 @@ def test_status_and_stop_work_on_a_running_slurm_job(cluster, workdir):
     job = slurm.job_id(run_dir)
     try:
         wait_until(lambda: metrics(run_dir), 900, "the job's first step")
+        # the quick start's own vLLM (configs/rl/quickstart.toml): policies pushed through /vfrl/reload_weights,
+        # which resets no prefix cache where vLLM keeps none; no periodic stats, no access log line per request
+        vllm_log = (run_dir / "logs/inference.log").read_text()
+        assert "vfrl: loaded weights version 0 " in vllm_log, vllm_log[-3000:]
+        assert not [line for line in vllm_log.splitlines() if "reset prefix cache" in line
+                    or "Avg prompt throughput" in line or "POST /v1/chat/completions" in line], vllm_log[-3000:]
         status = vf_rl("status", str(run_dir))
         assert status.stdout.startswith(f"slurm job {job}: RUNNING, trainer running, inference running, step "), status
         stopped = vf_rl("stop", str(run_dir))
