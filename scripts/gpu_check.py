@@ -259,7 +259,7 @@ def check_shared_prefix(ctx: Context) -> dict:
     ids, attn, positions = group_rows(ctx)
     rows = f"{ids.shape[0]} rows of {int(attn.sum(1).min())}-{int(attn.sum(1).max())} tokens"
     results: dict = {}
-    for dtype in (torch.float32, ctx.dtype):
+    for dtype in dict.fromkeys((torch.float32, ctx.dtype)):  # once where the check's dtype is fp32 (a CPU)
         model = load_model(ctx, lora=True, dtype=dtype)
         model.train()
         if not shared_prefix.packs(model):
