@@ -101,6 +101,8 @@ def test_vllm_logprobs_match_trainer_after_full_weight_sync(vllm_server, sync, t
         assert check["stale"] == {}, check
         assert sync.last["repacked"], "no packed layer rebuilt: is this the CPU build?"
         assert sync.last["in_place"], "the CPU build's push went through vLLM's layerwise reload, not in place"
+        if version == 2:  # the first push (version 1) loaded in place and showed that a staged load matches it
+            assert sync.last["staged"], "the second push was not staged (staged_weights.py: the reason is in the log)"
     assert sorted(p.name for p in (tmp / "weights").iterdir()) == ["step-1", "step-2"]
     # the worker the weights went to ran inside the engine core (the CPU build's uni executor): no worker process
     log = (tmp / "server.log").read_text()

@@ -1,5 +1,5 @@
-"""vf-vllm's POST /vfrl/reload_weights (vfrl.inference.reload_route) against a stand-in engine: the order of
-its engine calls, and what it answers when the body or the reload is wrong. The real route, on a real
+"""vf-vllm's POST /vfrl/reload_weights and /vfrl/stage_weights (vfrl.inference.reload_route) against a stand-in
+engine: the order of their engine calls, and what they answer when the body or the reload is wrong. The real route, on a real
 vf-vllm, runs in every full-weight and merged-LoRA test (test_full_ft_parity.py)."""
 
 from types import SimpleNamespace
@@ -10,7 +10,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from vfrl.inference.reload_route import RELOAD_PATH, ReloadRoute
+from vfrl.inference.reload_route import RELOAD_PATH, STAGE_PATH, ReloadRoute
 
 
 class Core:
@@ -91,4 +91,18 @@ def test_other_paths_and_methods_are_not_its_own():
     engine = Engine([{"version": 3}])
     c = client(engine)
     assert c.post("/pause").text == "app" and c.get("/v1/models").text == "app"
-    assert c.get(RELOAD_PATH).status_code == 405 and engine.calls == []
+    assert c.get(RELOAD_PATH).status_code == 405 and c.get(STAGE_PATH).status_code == 405 and engine.calls == []
+
+
+def test_a_stage_asks_the_workers_to_load_beside_generation_without_pausing_it():
+    engine = Engine([{"staged": True}])
+    r = client(engine).post(STAGE_PATH, json={"directory": "/w/step-3", "version": 3})
+    assert r.status_code == 200 and r.json() == {"results": [{"staged": True}]}
+    assert engine.calls == [("rpc", "vfrl_stage_weights", ("/w/step-3", "3"))]  # no pause, no resume
+
+
+def test_a_failed_stage_answers_500_and_pauses_nothing():
+    engine = Engine(FileNotFoundError("no *.safetensors files in /w/step-3"))
+    r = client(engine).post(STAGE_PATH, json={"directory": "/w/step-3", "version": 3})
+    assert r.status_code == 500 and "FileNotFoundError" in r.json()["error"] and "paused" not in r.json()["error"]
+    assert [c[0] for c in engine.calls] == ["rpc"]

@@ -100,9 +100,13 @@ def test_status_and_stop_work_on_a_running_slurm_job(cluster, workdir):
     try:
         wait_until(lambda: metrics(run_dir), 900, "the job's first step")
         # the quick start's own vLLM (configs/rl/quickstart.toml): policies pushed through /vfrl/reload_weights,
-        # which resets no prefix cache where vLLM keeps none; no periodic stats, no access log line per request
-        vllm_log = (run_dir / "logs/inference.log").read_text()
-        assert "vfrl: loaded weights version 0 " in vllm_log, vllm_log[-3000:]
+        # which resets no prefix cache where vLLM keeps none; no periodic stats, no access log line per request;
+        # the first push loads in place, later ones were loaded beside generation (staged_weights.py)
+        log = run_dir / "logs/inference.log"
+        wait_until(lambda: "(staged: loaded in " in log.read_text(), 600, "a staged push in the inference log")
+        vllm_log = log.read_text()
+        assert "vfrl: loaded weights version 0 " in vllm_log and "pushes load beside generation" in vllm_log, (
+            vllm_log[-3000:])
         assert not [line for line in vllm_log.splitlines() if "reset prefix cache" in line
                     or "Avg prompt throughput" in line or "POST /v1/chat/completions" in line], vllm_log[-3000:]
         status = vf_rl("status", str(run_dir))

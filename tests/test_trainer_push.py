@@ -23,6 +23,7 @@ class Sync:
         self.release = threading.Event()
         self.threads: dict[str, str] = {}
         self.order: list[str] = []
+        self.staged: list[int] = []  # in the thread that loads, beside the torch side: not in `order`
         self.load_error, self.aside_error = load_error, aside_error
 
     def save(self, model, version):
@@ -35,6 +36,10 @@ class Sync:
         self.order.append(f"aside {version}")
         if self.aside_error:
             raise self.aside_error
+
+    def stage(self, path, version):
+        self.threads["stage"] = threading.current_thread().name
+        self.staged.append(version)
 
     def load(self, path, version):
         self.threads["load"] = threading.current_thread().name
@@ -119,7 +124,8 @@ def test_a_failed_write_aside_fails_the_push():
 
 def test_a_draining_sync_loads_after_the_batch_in_flight_but_saves_before_it_ends():
     """Full weights (and merged LoRA) reload in place under one name: the batch in flight must end on the policy it
-    started on. The save does not touch vLLM, so it runs while that batch is still generating."""
+    started on. The save does not touch vLLM, so it runs while that batch is still generating, and vLLM is asked
+    to stage the policy then too (staged_weights.py); the swap waits for the batch."""
     sync = Sync()
     sync.release.set()
     trainer = trainer_with(sync)
@@ -129,6 +135,7 @@ def test_a_draining_sync_loads_after_the_batch_in_flight_but_saves_before_it_end
         loading, _ = await trainer.push(object(), 3, after=in_flight)
         await asyncio.sleep(0.2)
         assert sync.order == ["save 3", "aside 3"] and not loading.done()  # written, not loaded
+        assert sync.staged == [3] and sync.threads["stage"] != sync.threads["save"]  # staged, off the torch thread
         in_flight.set_exception(RuntimeError("a generation error"))  # the loop reads it from the batch
         return await loading
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from vfrl.inference.endpoints import route_path
 
 RELOAD_PATH = "/vfrl/reload_weights"
+STAGE_PATH = "/vfrl/stage_weights"  # the same body: load it beside generation, for the reload to swap in
 
 
 async def reload_weights(engine, directory: str, version: int) -> tuple[int, dict]:
@@ -38,6 +39,13 @@ async def reload_weights(engine, directory: str, version: int) -> tuple[int, dic
     return 200, {"results": workers}
 
 
+async def stage_weights(engine, directory: str, version: int) -> tuple[int, dict]:
+    """(HTTP status, JSON body) of a request to load `directory` as policy `version` while vLLM goes on sampling
+    (the worker extension's `vfrl_stage_weights`, staged_weights.py); no pause. Each worker answers whether it
+    staged; its reload of the same directory and version then swaps the weights in."""
+    return 200, {"results": await engine.collective_rpc("vfrl_stage_weights", args=(directory, str(version)))}
+
+
 def caches_prefixes(engine) -> bool:
     """Whether vLLM keeps a prefix cache, whose blocks the old weights computed. Without one (a server started with
     `enable_prefix_caching = false`) there is nothing to drop, and the reset, an engine round trip that walks every
@@ -47,19 +55,20 @@ def caches_prefixes(engine) -> bool:
 
 
 class ReloadRoute:
-    """Pure ASGI: answers POST RELOAD_PATH, passes everything else on."""
+    """Pure ASGI: answers POST RELOAD_PATH and STAGE_PATH, passes everything else on."""
 
     def __init__(self, app):
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or route_path(scope) != RELOAD_PATH:
+        path = route_path(scope) if scope["type"] == "http" else None
+        if path not in ROUTES:
             return await self.app(scope, receive, send)
         from starlette.requests import Request
         from starlette.responses import JSONResponse
 
         if scope.get("method") != "POST":
-            return await JSONResponse({"error": f"{RELOAD_PATH} takes POST"}, 405)(scope, receive, send)
+            return await JSONResponse({"error": f"{path} takes POST"}, 405)(scope, receive, send)
         try:
             body = await Request(scope, receive).json()
             directory, version = str(body["directory"]), int(body["version"])
@@ -67,13 +76,15 @@ class ReloadRoute:
             answer = JSONResponse({"error": f'expected {{"directory": "...", "version": N}}: {err!r}'}, 400)
             return await answer(scope, receive, send)
         try:
-            status, content = await reload_weights(scope["app"].state.engine_client, directory, version)
+            status, content = await ROUTES[path](scope["app"].state.engine_client, directory, version)
         except Exception as err:  # the worker's own error (e.g. no *.safetensors files): in the server log, whole
             from vllm.logger import init_logger
 
-            init_logger(__name__).exception("vfrl: reloading %s as version %d failed", directory, version)
-            status, content = 500, {"error": f"{type(err).__name__}: {err}; generation stays paused"}
+            init_logger(__name__).exception("vfrl: %s of %s as version %d failed", path, directory, version)
+            status, content = 500, {"error": f"{type(err).__name__}: {err}"
+                                    + ("; generation stays paused" if path == RELOAD_PATH else "")}
         await JSONResponse(content, status)(scope, receive, send)
 
 
+ROUTES = {RELOAD_PATH: reload_weights, STAGE_PATH: stage_weights}
 RELOAD_MIDDLEWARE = f"{__name__}.{ReloadRoute.__name__}"

@@ -22,6 +22,11 @@ the quick start's 2-layer model, a fixed cost per layer. The price is the linear
 memory (plain and packed). Quantized or MoE models, and any layer packed without its weight, go through vLLM's
 reload as before.
 
+Where the in-place reload applies to a small model run eagerly, the first push also decides whether later ones
+can be staged (`staged_copy`, vfrl.inference.staged_weights): `vfrl_stage_weights(dir, version)` loads and packs
+them into a second copy in a thread while vLLM still samples, and the reload of the same directory and version
+swaps that copy in.
+
 On GPU there is no packing: `process_weights_after_loading` is a no-op for unquantized layers and
 the re-dispatch step does nothing.
 """
@@ -34,6 +39,7 @@ from pathlib import Path
 
 import torch
 
+from vfrl.inference.staged_weights import LoadPlan, StagedWeights, record_load, stageable
 from vllm.logger import init_logger
 from vllm.platforms import current_platform
 
@@ -103,23 +109,71 @@ def reloads_in_place(model: torch.nn.Module, vllm_config, packed: list[tuple[str
     return sum(hasattr(module, "cpu_linear") for module in modules) == len(packed)
 
 
+def staged_copy(model, vllm_config, plan: LoadPlan | None, packed: list, directory: str) -> StagedWeights | None:
+    """The second copy later pushes load into, once it is shown to load what the in-place push loaded; or
+    None, with the reason in the log."""
+    why = "its in-place load could not be recorded" if plan is None else stageable(model, vllm_config)
+    staged = None
+    if why is None:
+        staged = StagedWeights(model, plan, packed)
+        try:
+            staged.load(directory, safetensors_weights)
+            differ = staged.matches()
+        except Exception as err:
+            differ = [repr(err)]
+        if differ:
+            why, staged = f"a replay of its load differs from vLLM's in {differ[:5]}", None
+    if staged is None:
+        logger.info("vfrl: pushes load while generation is paused: %s", why)
+    else:
+        logger.info("vfrl: pushes load beside generation (vfrl.inference.staged_weights)")
+    return staged
+
+
 class WeightReloadExtension:
     """Methods callable as POST /collective_rpc {"method": "vfrl_...", "args": [...]} (string args only)."""
 
     vfrl_version: int = -1
+    vfrl_staged: StagedWeights | None = None  # set by the first in-place push where staging applies
+    vfrl_stage_decided: bool = False
+
+    def vfrl_stage_weights(self, directory: str, version: str) -> dict:
+        """Start loading `directory` (policy `version`) beside generation, for its reload to swap in
+        (staged_weights.py). {"staged": False} where pushes load in place only, None before the first push, which
+        decides that."""
+        if self.vfrl_staged is None:
+            return {"staged": False if self.vfrl_stage_decided else None}
+        self.vfrl_staged.start(directory, int(version), safetensors_weights)
+        return {"staged": True}
 
     def vfrl_reload_weights(self, directory: str, version: str) -> dict:
-        """Load every tensor of `directory` into the served model in place; returns what was done."""
+        """Serve the tensors of `directory` as policy `version`: swapped in where they were staged, else loaded
+        into the served model in place; returns what was done."""
         t0 = time.perf_counter()
         model = self.model_runner.get_model()
+        taken = self.vfrl_staged.take(directory, int(version)) if self.vfrl_staged is not None else False
+        if taken is True:
+            self.vfrl_version = int(version)
+            staged = self.vfrl_staged.times
+            logger.info("vfrl: loaded weights version %s from %s (staged: loaded in %.1f ms and packed in %.1f ms "
+                        "beside generation)", version, directory, 1e3 * staged["load_s"], 1e3 * staged["repack_s"])
+            return {"version": self.vfrl_version, "load_s": time.perf_counter() - t0, "repack_s": 0.0,
+                    "repacked": [name for name, _, _ in self.vfrl_staged.packed], "in_place": True, "staged": staged}
+        if taken is not False:
+            logger.warning("vfrl: the staged load of weights version %s failed (%r); loading them in place",
+                           version, taken)
         weights = safetensors_weights(directory)
         packed = packed_layers(model)
         in_place = reloads_in_place(model, self.vllm_config, packed)
+        plan = None
         if in_place:
             from vllm.config import set_current_vllm_config
 
             with set_current_vllm_config(self.vllm_config), torch.no_grad():
-                loaded = model.load_weights(weights)
+                if self.vfrl_stage_decided:
+                    loaded = model.load_weights(weights)
+                else:
+                    loaded, plan = record_load(model, weights)
             if missing := {name for name, _ in model.named_parameters()} - set(loaded or ()):
                 logger.warning("vfrl: weights version %s has no tensors for %s; they keep their old values",
                                version, sorted(missing))
@@ -135,8 +189,12 @@ class WeightReloadExtension:
         self.vfrl_version = int(version)
         logger.info("vfrl: loaded weights version %s from %s (%s, %d packed layers rebuilt)", version, directory,
                     "in place" if in_place else "vLLM's reload", len(packed))
-        return {"version": self.vfrl_version, "load_s": t_load - t0, "repack_s": time.perf_counter() - t_load,
-                "repacked": [name for name, _ in packed], "in_place": in_place}
+        result = {"version": self.vfrl_version, "load_s": t_load - t0, "repack_s": time.perf_counter() - t_load,
+                  "repacked": [name for name, _ in packed], "in_place": in_place, "staged": None}
+        if not self.vfrl_stage_decided:
+            self.vfrl_stage_decided = True
+            self.vfrl_staged = staged_copy(model, self.vllm_config, plan, packed, directory) if in_place else None
+        return result
 
     def vfrl_loaded_version(self) -> int:
         return self.vfrl_version

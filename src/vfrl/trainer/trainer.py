@@ -400,6 +400,8 @@ class RLTrainer:
         return loading, time.perf_counter() - t0
 
     async def _load(self, path: Path, version: int, after: asyncio.Future | None) -> tuple[str, float]:
+        # vLLM loads what it can of the policy while the batch in flight is still sampled (staged_weights.py)
+        await SERVER_CALLS.run(lambda: self.sync.stage(path, version))
         if after is not None:
             await asyncio.wait([after])  # its errors are the loop's to read, when it awaits the batch
         t0 = time.perf_counter()

@@ -23,7 +23,7 @@ import httpx
 from vfrl.config import RLConfig
 from vfrl.run_dir import RunDir, atomic_directory
 from vfrl.inference.endpoints import server_root
-from vfrl.inference.reload_route import RELOAD_PATH
+from vfrl.inference.reload_route import RELOAD_PATH, STAGE_PATH
 
 
 class WeightSync(ABC):
@@ -51,14 +51,20 @@ class WeightSync(ABC):
         """Make vLLM serve what `save` wrote. HTTP only, no torch: the trainer runs it in a thread it can
         abandon when the server hangs, and a thread abandoned inside torch aborts the interpreter at exit."""
 
+    def stage(self, path: Path, version: int) -> None:
+        """Let vLLM start loading what `save` wrote while it still samples from the policy before; `load` then
+        makes it served. HTTP only, like `load`; a no-op where there is nothing to stage."""
+
     def save_aside(self, model, version: int) -> None:
         """Write what the run keeps of policy `version` that vLLM does not read. Torch only: the trainer runs it
         while vLLM loads (RLTrainer.push), so it costs the step nothing when it is the shorter of the two."""
 
     def push(self, model, version: int) -> tuple[str, float]:
-        """save, then load and save_aside. Returns (the model name to request, seconds)."""
+        """save, stage, then load and save_aside. Returns (the model name to request, seconds)."""
         t0 = time.perf_counter()
-        name = self.load(self.save(model, version), version)
+        path = self.save(model, version)
+        self.stage(path, version)
+        name = self.load(path, version)
         self.save_aside(model, version)
         return name, time.perf_counter() - t0
 
@@ -159,7 +165,10 @@ class FullWeightSync(WeightSync):
 
     One push, version N:
       1. `save_pretrained` into `weights/.step-N.tmp`, renamed to `weights/step-N` (atomic; last `keep` kept);
-      2. POST /vfrl/reload_weights (vfrl.inference.reload_route), which in the server: pauses (vLLM stops
+      2. POST /vfrl/stage_weights (the CPU build, small models run eagerly: vfrl.inference.staged_weights),
+         while the batch before is still sampled: the workers load the files into a second copy of the
+         weights and pack it, in a thread; a server that cannot stage says so and step 3 loads in place;
+      3. POST /vfrl/reload_weights (vfrl.inference.reload_route), which in the server: pauses (vLLM stops
          admitting requests and lets the running ones finish on the old weights, so no request ever mixes
          two policies); calls the workers' `vfrl_reload_weights(dir, N)` (vfrl.inference.worker_extension:
          the files loaded in place, the CPU build's packed GEMM handles rebuilt; each returns N); resets the
@@ -179,6 +188,7 @@ class FullWeightSync(WeightSync):
         self.keep = keep
         self.saved: list[Path] = []
         self.last: dict = {}  # timings and what the workers reported for the latest push
+        self.stages = True  # until the server says it cannot (no staging there, or a vf-vllm without the route)
 
     def save(self, model, version: int) -> Path:
         t0 = time.perf_counter()
@@ -202,6 +212,14 @@ class FullWeightSync(WeightSync):
                                   'lora_sync = "merged"?)' if r.status_code == 404 else ""))
         return r
 
+    def stage(self, path: Path, version: int) -> None:
+        if not self.stages:
+            return
+        r = self.http.post(STAGE_PATH, json={"directory": str(path.resolve()), "version": version})
+        # the reload loads in place whatever was not staged, so a server that cannot stage is asked no more
+        # (each worker's "staged": None until its first push has decided)
+        self.stages = r.status_code == 200 and all(w.get("staged") is not False for w in r.json()["results"])
+
     def load(self, path: Path, version: int) -> str:
         """Reload the weights `save` wrote for version `version`; the served name stays the same."""
         t_saved = time.perf_counter()
@@ -214,7 +232,7 @@ class FullWeightSync(WeightSync):
         keep_newest(self.saved, path, self.keep)
         self.last |= {"reload_s": time.perf_counter() - t_saved, "load_s": workers[0]["load_s"],
                       "repack_s": workers[0]["repack_s"], "repacked": workers[0]["repacked"],
-                      "in_place": workers[0].get("in_place")}
+                      "in_place": workers[0].get("in_place"), "staged": workers[0].get("staged")}
         return self.served_name
 
     def loaded_version(self) -> int:
