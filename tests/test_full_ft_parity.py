@@ -358,6 +358,22 @@ def test_the_cpu_build_runs_its_one_worker_in_the_engine_core(monkeypatch):
     assert "--distributed-executor-backend" not in argv and "VLLM_ENABLE_V1_MULTIPROCESSING" not in server.server_env({}, False, argv)
 
 
+def test_an_eager_cpu_build_server_compiles_nothing(monkeypatch):
+    """enforce_eager on the CPU build: vLLM would still torch.compile a helper of its sampler's logprobs at the
+    first request that asks for logprobs (~3 s, the trainer's first batch); the server runs with
+    TORCH_COMPILE_DISABLE=1 unless the user set it. The real server's log says so (test_slurm_e2e.py)."""
+    from vfrl.inference import server
+
+    monkeypatch.setattr(server, "_cpu_build", lambda: True)
+    eager = server.server_argv("m", "127.0.0.1", 8000, None, {"enforce_eager": True})
+    assert server.server_env({}, True, eager)["TORCH_COMPILE_DISABLE"] == "1"
+    assert server.server_env({"TORCH_COMPILE_DISABLE": "0"}, True, eager)["TORCH_COMPILE_DISABLE"] == "0"
+    compiled = server.server_argv("m", "127.0.0.1", 8000, None, {"enforce_eager": False})
+    assert "TORCH_COMPILE_DISABLE" not in server.server_env({}, True, compiled)
+    monkeypatch.setattr(server, "_cpu_build", lambda: False)  # the CUDA build: vLLM's choice
+    assert "TORCH_COMPILE_DISABLE" not in server.server_env({}, True, eager)
+
+
 @pytest.mark.e2e
 def test_vf_rl_lora_merged_sync_three_steps(tmp_path, tiny_model, vllm_server):
     """LoRA training whose policies vLLM serves merged into its weights: one in-place reload per step, the

@@ -107,6 +107,7 @@ def test_status_and_stop_work_on_a_running_slurm_job(cluster, workdir):
         vllm_log = log.read_text()
         assert "vfrl: loaded weights version 0 " in vllm_log and "pushes load beside generation" in vllm_log, (
             vllm_log[-3000:])
+        assert "TORCH_COMPILE_DISABLE is set, disabling torch.compile" in vllm_log  # eager, all of it (server.py)
         assert not [line for line in vllm_log.splitlines() if "reset prefix cache" in line
                     or "Avg prompt throughput" in line or "POST /v1/chat/completions" in line], vllm_log[-3000:]
         status = vf_rl("status", str(run_dir))

@@ -153,6 +153,11 @@ def server_env(base: dict[str, str], full_weights: bool = False, argv: list[str]
     if _cpu_build():
         # CPU build: reserve KV cache in GiB rather than a fraction of host memory.
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        if "--enforce-eager" in argv:
+            # eager, all of it: vLLM still compiles one helper of its sampler's logprobs with torch.compile, on the
+            # first request that asks for logprobs (the trainer's first batch): ~3 s of a CPU core, where the
+            # eager op costs nothing measurable on the quick start (docs/benchmarks.md, item 22)
+            env.setdefault("TORCH_COMPILE_DISABLE", "1")
     return env
 
 
