@@ -33,11 +33,11 @@ class QKV(torch.nn.Module):
 
 
 class Model(torch.nn.Module):
-    def __init__(self, transform=False):
+    def __init__(self, transform=False, asks_for_a_loader=False):
         super().__init__()
         self.qkv = QKV()
         self.norm = torch.nn.Parameter(torch.zeros(4), requires_grad=False)  # vLLM's default loader
-        self.transform = transform
+        self.transform, self.asks_for_a_loader = transform, asks_for_a_loader
 
     def load_weights(self, weights):
         loaded = set()
@@ -49,7 +49,10 @@ class Model(torch.nn.Module):
                 loaded.add("qkv.weight")
             else:
                 param = params[name]
-                getattr(param, "weight_loader", lambda p, t: p.data.copy_(t))(param, tensor)
+                if self.asks_for_a_loader and hasattr(param, "weight_loader"):  # a model that checks first
+                    param.weight_loader(param, tensor, "its own loaders take a shard")
+                else:
+                    getattr(param, "weight_loader", lambda p, t: p.data.copy_(t))(param, tensor)
                 loaded.add(name)
         return loaded
 
@@ -63,9 +66,9 @@ def checkpoint(seed):
             "v_proj": torch.randn(2, 4, generator=g), "norm": torch.randn(4, generator=g)}
 
 
-def loaded_model(files, version, transform=False):
+def loaded_model(files, version, transform=False, asks_for_a_loader=False):
     """A model after its first, in-place push of version `version`: recorded, repacked."""
-    model = Model(transform)
+    model = Model(transform, asks_for_a_loader)
     _, plan = record_load(model, files[version].items())
     model.qkv.quant_method.process_weights_after_loading(model.qkv)
     return model, plan
@@ -163,3 +166,14 @@ def test_staging_applies_to_small_models_run_eagerly(monkeypatch):
     assert "enforce_eager" in stageable(model, Config(False))
     monkeypatch.setattr(staged_weights, "STAGE_MAX_BYTES", 64)
     assert "over" in stageable(model, Config(True))
+
+
+def test_a_parameter_of_no_loader_of_its_own_loads_as_without_the_recording(files):
+    """The recording gives every parameter a weight_loader for the load; one that had none is loaded by vLLM's
+    default loader, also where the model asks `hasattr(param, "weight_loader")` first and passes more."""
+    model, plan = loaded_model(files, 0, asks_for_a_loader=True)
+    assert plan is not None and torch.equal(model.norm, files[0]["norm"])
+    assert not hasattr(model.norm, "weight_loader")
+    staged = StagedWeights(model, plan, [("qkv", model.qkv)])
+    staged.start("v1", 1, lambda d: files[1].items())
+    assert staged.take("v1", 1) is True and torch.equal(model.norm, files[1]["norm"])

@@ -63,14 +63,17 @@ def record_load(model: torch.nn.Module, weights: Iterable[tuple[str, torch.Tenso
     current: list = [None, None]  # the checkpoint tensor being loaded: name, tensor
     replayable = True
 
-    def recording(name: str, param: torch.nn.Parameter, loader: Callable) -> Callable:
+    def recording(name: str, param: torch.nn.Parameter, loader: Callable | None) -> Callable:
         def load(target, tensor, *args, **kwargs):
             nonlocal replayable
+            if loader is None:  # a parameter of no loader of its own: what `getattr(param, "weight_loader",
+                args, kwargs = (), {}  # default_weight_loader)` calls, and `hasattr`'s other branch would too
+            call = (name, loader or default_weight_loader, args, kwargs)
             if target is param and same_view(tensor, current[1]):
-                calls[current[0]].append((name, loader, args, kwargs))
+                calls[current[0]].append(call)
             else:
                 replayable = False
-            return loader(target, tensor, *args, **kwargs)
+            return call[1](target, tensor, *args, **kwargs)
         return load
 
     def tracked():
@@ -81,7 +84,7 @@ def record_load(model: torch.nn.Module, weights: Iterable[tuple[str, torch.Tenso
 
     own = {name: getattr(p, "weight_loader", None) for name, p in params.items()}  # vLLM's own, or none
     for name, p in params.items():
-        p.weight_loader = recording(name, p, own[name] or default_weight_loader)
+        p.weight_loader = recording(name, p, own[name])
     try:
         loaded = model.load_weights(tracked())
     finally:
