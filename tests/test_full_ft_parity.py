@@ -358,18 +358,23 @@ def test_the_cpu_build_runs_its_one_worker_in_the_engine_core(monkeypatch):
     assert "--distributed-executor-backend" not in argv and "VLLM_ENABLE_V1_MULTIPROCESSING" not in server.server_env({}, False, argv)
 
 
-def test_an_eager_cpu_build_server_compiles_nothing(monkeypatch):
+def test_an_eager_cpu_build_server_of_a_small_vocabulary_compiles_nothing(monkeypatch, tiny_model, tmp_path):
     """enforce_eager on the CPU build: vLLM would still torch.compile a helper of its sampler's logprobs at the
-    first request that asks for logprobs (~3 s, the trainer's first batch); the server runs with
-    TORCH_COMPILE_DISABLE=1 unless the user set it. The real server's log says so (test_slurm_e2e.py)."""
+    first request that asks for logprobs (~3 s, the trainer's first batch); for a model of a small vocabulary
+    (the tiny model's 99 tokens) the server runs with TORCH_COMPILE_DISABLE=1 unless the user set it. The real
+    server's log says so (test_slurm_e2e.py). A real vocabulary keeps the compiled helper."""
     from vfrl.inference import server
 
     monkeypatch.setattr(server, "_cpu_build", lambda: True)
-    eager = server.server_argv("m", "127.0.0.1", 8000, None, {"enforce_eager": True})
+    eager = server.server_argv(str(tiny_model), "127.0.0.1", 8000, None, {"enforce_eager": True})
     assert server.server_env({}, True, eager)["TORCH_COMPILE_DISABLE"] == "1"
     assert server.server_env({"TORCH_COMPILE_DISABLE": "0"}, True, eager)["TORCH_COMPILE_DISABLE"] == "0"
-    compiled = server.server_argv("m", "127.0.0.1", 8000, None, {"enforce_eager": False})
+    compiled = server.server_argv(str(tiny_model), "127.0.0.1", 8000, None, {"enforce_eager": False})
     assert "TORCH_COMPILE_DISABLE" not in server.server_env({}, True, compiled)
+    (tmp_path / "config.json").write_text('{"vocab_size": 151936}')
+    for model in (tmp_path, "Qwen/Qwen2.5-0.5B"):  # a real vocabulary; a hub id (nothing to read here)
+        argv = server.server_argv(str(model), "127.0.0.1", 8000, None, {"enforce_eager": True})
+        assert "TORCH_COMPILE_DISABLE" not in server.server_env({}, True, argv)
     monkeypatch.setattr(server, "_cpu_build", lambda: False)  # the CUDA build: vLLM's choice
     assert "TORCH_COMPILE_DISABLE" not in server.server_env({}, True, eager)
 

@@ -153,12 +153,28 @@ def server_env(base: dict[str, str], full_weights: bool = False, argv: list[str]
     if _cpu_build():
         # CPU build: reserve KV cache in GiB rather than a fraction of host memory.
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-        if "--enforce-eager" in argv:
+        if "--enforce-eager" in argv and small_vocabulary(argv):
             # eager, all of it: vLLM still compiles one helper of its sampler's logprobs with torch.compile, on the
-            # first request that asks for logprobs (the trainer's first batch): ~3 s of a CPU core, where the
-            # eager op costs nothing measurable on the quick start (docs/benchmarks.md, item 22)
+            # first request that asks for logprobs (the trainer's first batch): ~3 s of a CPU core. Eager, that
+            # helper costs a pass over each sampled row's vocabulary: nothing for the quick start's 99 tokens,
+            # 0.1 s a decode step of 128 rows for Qwen's 151,936 (docs/benchmarks.md, item 22)
             env.setdefault("TORCH_COMPILE_DISABLE", "1")
     return env
+
+
+EAGER_VOCABULARY = 1024  # at most this many tokens: vLLM's compiled logprobs helper costs more than it saves
+
+
+def small_vocabulary(argv: list[str]) -> bool:
+    """Does the served model (a local directory) have a vocabulary of at most EAGER_VOCABULARY tokens?"""
+    import json
+
+    try:
+        config = Path(argv[argv.index("--model") + 1]) / "config.json"
+        vocab = json.loads(config.read_text()).get("vocab_size")
+    except (ValueError, IndexError, OSError):
+        return False
+    return isinstance(vocab, int) and vocab <= EAGER_VOCABULARY
 
 
 def in_process_worker(argv: list[str]) -> bool:
