@@ -165,12 +165,16 @@ class StagedWeights:
         """What in the copy differs from the served model (parameters, then packed handles run on one input)."""
         differ = [name for name, p in self.live.items() if not torch.equal(p, self.copy[name])]
         for name, module, held in self.packed:
-            x = torch.randn(4, module.weight.shape[1], dtype=module.weight.dtype,
-                            generator=torch.Generator().manual_seed(0))
+            x = probe_input(module.weight)
             served = module.cpu_linear(x, module.weight, getattr(module, "bias", None))
             if not torch.equal(served, held.cpu_linear(x, held.weight, getattr(held, "bias", None))):
                 differ.append(f"{name} (packed)")
         return differ
+
+
+def probe_input(weight: torch.Tensor) -> torch.Tensor:
+    """The fixed input a packed layer's handle is checked on: 4 rows for `weight`'s inputs, seeded."""
+    return torch.randn(4, weight.shape[1], dtype=weight.dtype, generator=torch.Generator().manual_seed(0))
 
 
 def twin(p: torch.nn.Parameter) -> torch.nn.Parameter:

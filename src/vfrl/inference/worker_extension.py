@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-from vfrl.inference.staged_weights import LoadPlan, StagedWeights, record_load, stageable
+from vfrl.inference.staged_weights import LoadPlan, StagedWeights, probe_input, record_load, stageable
 from vllm.logger import init_logger
 from vllm.platforms import current_platform
 
@@ -206,7 +206,7 @@ class WeightReloadExtension:
         stale, packed = {}, packed_layers(model)
         for name, module in packed:
             w = module.weight
-            x = torch.randn(4, w.shape[1], dtype=w.dtype, generator=torch.Generator().manual_seed(0))
+            x = probe_input(w)
             bias = getattr(module, "bias", None)
             diff = (module.cpu_linear(x, w, bias) - torch.nn.functional.linear(x, w, bias)).abs().max().item()
             if diff > float(tolerance):
