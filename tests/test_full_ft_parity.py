@@ -213,7 +213,7 @@ def test_a_reload_that_finds_no_weights_fails_before_touching_the_served_model(v
 def test_the_merged_state_dict_is_merge_and_unloads_without_touching_the_model(tiny_model):
     import copy
 
-    from vfrl.trainer.weight_sync import merged_state_dict
+    from vfrl.trainer.push_files import merged_state_dict
 
     model = trained_like_adapter(tiny_model, seed=3)
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -233,7 +233,8 @@ def test_the_merged_weights_file_holds_what_save_pretrained_wrote(tiny_model, tm
     names and tensors as save_pretrained, the tied lm_head once (the tiny model ties it)."""
     from safetensors.torch import load_file
 
-    from vfrl.trainer.weight_sync import MergedLoraSync, merged_state_dict
+    from vfrl.trainer.push_files import merged_state_dict
+    from vfrl.trainer.weight_sync import MergedLoraSync
 
     model = trained_like_adapter(tiny_model, seed=4)
     assert model.get_base_model().config.tie_word_embeddings
@@ -254,14 +255,14 @@ def test_vllm_logprobs_match_the_lora_trainer_after_a_merged_sync(vllm_server, t
     base_url, tmp = vllm_server
     (tmp / "merged").mkdir(exist_ok=True)
     sync = MergedLoraSync(base_url, API_KEY, tmp / "merged", tmp / "adapters", served_name=str(tiny_model))
-    for version in (20, 21):
+    for version in (20, 21, 22):  # 22 is written over 20's files (push_files.py)
         model = trained_like_adapter(tiny_model, seed=version)
         name, _ = sync.push(model, version)
         assert name == str(tiny_model) and sync.loaded_version() == version
         gap = max_logprob_gap(model, sample(base_url, name))
         assert gap < 1e-4, f"version {version}: max |vLLM - trainer| logprob = {gap:.2e}"
-    assert sorted(p.name for p in (tmp / "merged").iterdir()) == ["step-20", "step-21"]
-    assert sorted(p.name for p in (tmp / "adapters").iterdir()) == ["policy-20", "policy-21"]
+    assert sorted(p.name for p in (tmp / "merged").iterdir()) == ["step-21", "step-22"]
+    assert sorted(p.name for p in (tmp / "adapters").iterdir()) == ["policy-21", "policy-22"]
 
 
 @pytest.mark.e2e

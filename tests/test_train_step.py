@@ -354,7 +354,7 @@ def test_an_adapter_push_writes_what_peft_loads_without_a_model_card(tiny_model,
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from vfrl.trainer.weight_sync import save_adapter
+    from vfrl.trainer.push_files import save_adapter
 
     trainer = make_trainer(tiny_model, tmp_path / "run")
     trainer.train_step(fake_batch(trainer))  # lora_B is no longer zero
@@ -378,7 +378,7 @@ def test_save_adapter_writes_what_peft_s_own_save_writes(tiny_model, tmp_path, t
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from vfrl.trainer.weight_sync import save_adapter
+    from vfrl.trainer.push_files import save_adapter
 
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model), LoraConfig(r=4, target_modules=targets))
     with warnings.catch_warnings():

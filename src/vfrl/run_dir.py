@@ -153,13 +153,16 @@ def set_aside_after(metrics_path: Path, step: int) -> int:
 
 
 @contextmanager
-def atomic_directory(final: Path) -> Iterator[Path]:
+def atomic_directory(final: Path, reuse: Path | None = None) -> Iterator[Path]:
     """Write a directory whole or not at all: fill the yielded `.NAME.tmp` beside `final`; when the block
     ends it is renamed to `final` (replacing an older one). A reader never sees a half-written `final`
     that looks complete: a block that fails removes its tmp dir, a crash leaves only that (the next write
-    of the same name removes it)."""
+    of the same name removes it). `reuse`, an older directory that is no longer wanted, becomes the tmp dir,
+    files and all, for a writer that overwrites them in place (safetensors_rewrite.py); it is gone either way."""
     tmp = final.with_name(f".{final.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
+    if reuse is not None and reuse.is_dir():
+        reuse.rename(tmp)
     try:
         yield tmp
     except BaseException:  # a full disk, a kill: give the space back; an older `final` is untouched

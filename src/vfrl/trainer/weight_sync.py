@@ -5,15 +5,15 @@
     MergedLoraSync   use_lora = true, lora_sync = "merged": the base weights with the adapter merged in,
                      reloaded in place like FullWeightSync's (vLLM serves no LoRA)
 
-Both write what vLLM reads with run_dir.atomic_directory, so a crash never leaves a half-written
-directory that looks complete.
+All write what vLLM reads with run_dir.atomic_directory, so a crash never leaves a half-written
+directory that looks complete. The full-weight kinds keep the last `keep` versions and write each new one
+over the files of the oldest (`recycled`): a LoRA push then rewrites its files in place (push_files.py).
 """
 
 from __future__ import annotations
 
 import shutil
 import time
-import weakref
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar
@@ -24,6 +24,8 @@ from vfrl.config import RLConfig
 from vfrl.run_dir import RunDir, atomic_directory
 from vfrl.inference.endpoints import server_root
 from vfrl.inference.reload_route import RELOAD_PATH, STAGE_PATH
+from vfrl.trainer.push_files import merged_state_dict, save_adapter, tied_once
+from vfrl.trainer.safetensors_rewrite import save_file
 
 
 class WeightSync(ABC):
@@ -118,53 +120,27 @@ class AdapterSync(WeightSync):
         return name
 
 
-def write_adapter(model, adapters_dir: Path, version: int) -> Path:
-    """The trained adapter of policy `version`, written atomically to adapters_dir/policy-<version>."""
+def write_adapter(model, adapters_dir: Path, version: int, reuse: Path | None = None) -> Path:
+    """The trained adapter of policy `version`, written atomically to adapters_dir/policy-<version>, over
+    the files of `reuse` (an older adapter's directory) where it can."""
     final = adapters_dir / AdapterSync.name(version)
-    with atomic_directory(final) as tmp:
+    with atomic_directory(final, reuse) as tmp:
         save_adapter(model, tmp)
     return final
 
 
-def keep_newest(kept: list[Path], new: Path, keep: int) -> None:
-    """Append `new` to the directories `kept` (oldest first) and delete the oldest beyond `keep`."""
-    kept.append(new)
-    while len(kept) > keep:
-        shutil.rmtree(kept.pop(0), ignore_errors=True)
-
-
-def save_adapter(model, path: Path) -> None:
-    """peft's `save_pretrained` (adapter_config.json, adapter_model.safetensors) without what it redoes at every
-    call for nothing, on the trainer's critical path at every step (measured on the tiny model): the README
-    model card, whose Jinja template is compiled each time (~50 of ~80 ms); and save_embedding_layers = "auto",
-    which re-reads and parses the base model's config.json to see whether the vocabulary was resized (~40% of
-    what was left): decided once per model instead (embedding_layers_saved)."""
-    model.create_or_update_model_card = lambda *args, **kwargs: None  # an instance attribute shadows the method
-    try:
-        model.save_pretrained(path, save_embedding_layers=embedding_layers_saved(model))
-    finally:
-        del model.create_or_update_model_card
-
-
-_EMBEDDINGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def embedding_layers_saved(model) -> bool:
-    """What peft's save_embedding_layers = "auto" decides for `model`, asked of peft once: whether the adapter's
-    state dict holds more with it than without. A run never resizes the vocabulary, so it stays decided."""
-    if model not in _EMBEDDINGS:
-        from peft import get_peft_model_state_dict
-
-        auto = get_peft_model_state_dict(model, save_embedding_layers="auto")
-        _EMBEDDINGS[model] = auto.keys() != get_peft_model_state_dict(model, save_embedding_layers=False).keys()
-    return _EMBEDDINGS[model]
+def recycled(kept: list[Path], keep: int) -> Path | None:
+    """The oldest of the directories `kept` (oldest first), taken off the list when `keep` are kept already,
+    so that the next write reuses its files instead of allocating new ones (safetensors_rewrite.py)."""
+    return kept.pop(0) if len(kept) >= keep else None
 
 
 class FullWeightSync(WeightSync):
     """use_lora = false: write every weight as safetensors and reload them into the running vLLM in place.
 
     One push, version N:
-      1. `save_pretrained` into `weights/.step-N.tmp`, renamed to `weights/step-N` (atomic; last `keep` kept);
+      1. `save_pretrained` into `weights/.step-N.tmp` (the oldest kept `weights/step-M`, renamed), renamed to
+         `weights/step-N` (atomic; last `keep` kept);
       2. POST /vfrl/stage_weights (the CPU build, small models run eagerly: vfrl.inference.staged_weights),
          while the batch before is still sampled: the workers load the files into a second copy of the
          weights and pack it, in a thread; a server that cannot stage says so and step 3 loads in place;
@@ -193,8 +169,10 @@ class FullWeightSync(WeightSync):
     def save(self, model, version: int) -> Path:
         t0 = time.perf_counter()
         final = self.weights_dir / f"step-{version}"
-        with atomic_directory(final) as tmp:
+        # the oldest kept version was loaded before this push began (RLTrainer.push awaits each load)
+        with atomic_directory(final, recycled(self.saved, self.keep)) as tmp:
             self.write(model, tmp)
+        self.saved.append(final)
         self.last = {"save_s": time.perf_counter() - t0}
         return final
 
@@ -229,7 +207,6 @@ class FullWeightSync(WeightSync):
         # vLLM stays paused: generation must not go on with it (the trainer stops on this error)
         r = self._post(RELOAD_PATH, json={"directory": str(path.resolve()), "version": version})
         workers = r.json()["results"]
-        keep_newest(self.saved, path, self.keep)
         self.last |= {"reload_s": time.perf_counter() - t_saved, "load_s": workers[0]["load_s"],
                       "repack_s": workers[0]["repack_s"], "repacked": workers[0]["repacked"],
                       "in_place": workers[0].get("in_place"), "staged": workers[0].get("staged")}
@@ -256,50 +233,14 @@ class MergedLoraSync(FullWeightSync):
         self.adapters: list[Path] = []
 
     def write(self, model, directory: Path) -> None:
-        """One safetensors file, all vLLM's reload reads (it keeps the served model's config): ~3 ms for the
-        quick start's model, where save_pretrained (config, generation config, shards) took ~8 ms a push."""
-        from safetensors.torch import save_file
-
+        """One safetensors file, all vLLM's reload reads (it keeps the served model's config), written over the
+        recycled directory's file in place: ~1.5 ms for the quick start's model, where save_pretrained (config,
+        generation config, shards) took ~8 ms a push and safetensors' save_file into a new file ~3-4 ms."""
         directory.mkdir(parents=True, exist_ok=True)  # atomic_directory's tmp, made by its writer
-        save_file(tied_once(merged_state_dict(model)), str(directory / "model.safetensors"))
+        save_file(tied_once(merged_state_dict(model)), directory / "model.safetensors")
 
     def save_aside(self, model, version: int) -> None:
-        keep_newest(self.adapters, write_adapter(model, self.adapters_dir, version), self.keep)
-
-
-def merged_state_dict(model) -> dict:
-    """The peft `model`'s base weights with its active adapters merged in, under the base model's own names
-    (what `merge_and_unload().state_dict()` gives, without touching the model)."""
-    import torch
-    from peft.tuners.lora import LoraLayer
-
-    base = model.get_base_model()
-    merged = {}
-    for key, value in base.state_dict().items():
-        if "lora_" in key or ".original_module." in key:  # adapter factors; a modules_to_save copy's original
-            continue
-        for adapter in model.active_adapters:  # a trained modules_to_save copy replaces the original
-            key = key.replace(f".modules_to_save.{adapter}.", ".")
-        merged[key.replace(".base_layer.", ".")] = value
-    with torch.no_grad():
-        for name, module in base.named_modules():
-            if isinstance(module, LoraLayer):
-                weight = f"{name}.weight"
-                for adapter in module.active_adapters:
-                    if adapter in module.lora_A:
-                        merged[weight] = merged[weight] + module.get_delta_weight(adapter)
-    return merged
-
-
-def tied_once(state_dict: dict) -> dict:
-    """A tied weight (lm_head = embed_tokens) once, under its first name, as save_pretrained writes it: vLLM ties
-    it again on load, and safetensors refuses two names for one storage."""
-    seen, out = set(), {}
-    for key, value in state_dict.items():
-        if value.data_ptr() not in seen:
-            seen.add(value.data_ptr())
-            out[key] = value.contiguous()
-    return out
+        self.adapters.append(write_adapter(model, self.adapters_dir, version, recycled(self.adapters, self.keep)))
 
 
 def weight_sync_for(config: RLConfig, paths: RunDir, base_url: str, api_key: str) -> WeightSync:
