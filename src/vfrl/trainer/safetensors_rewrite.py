@@ -14,6 +14,7 @@ import json
 import os
 import struct
 from pathlib import Path
+from typing import BinaryIO
 
 
 def save_file(tensors: dict, path: Path, metadata: dict[str, str] | None = None) -> None:
@@ -27,29 +28,32 @@ def save_file(tensors: dict, path: Path, metadata: dict[str, str] | None = None)
 def rewrite(tensors: dict, path: Path, metadata: dict[str, str] | None = None) -> bool:
     """Overwrite the data of the file at `path` with `tensors`, in place, when its header is the one they
     would be written with; False (and nothing written) when it is not."""
-    spans = data_spans(path, tensors, metadata)
-    if spans is None:
-        return False
     import torch
 
-    with open(path, "r+b") as f:
+    try:
+        f = open(path, "r+b")
+    except OSError:
+        return False
+    with f:
+        spans = data_spans(f, tensors, metadata)
+        if spans is None:
+            return False
         for start, name in spans:
             f.seek(start)
             f.write(memoryview(tensors[name].detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()))
     return True
 
 
-def data_spans(path: Path, tensors: dict, metadata: dict[str, str] | None) -> list[tuple[int, str]] | None:
-    """Where each tensor's bytes start in the file at `path`, when its header holds exactly these names with
+def data_spans(f: BinaryIO, tensors: dict, metadata: dict[str, str] | None) -> list[tuple[int, str]] | None:
+    """Where each tensor's bytes start in the open file `f`, when its header holds exactly these names with
     these dtypes and shapes, this metadata, and data that fills the rest of the file with no gap or overlap;
-    None when it does not (no file, another model, a file cut short)."""
+    None when it does not (another model, a file cut short, not safetensors)."""
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            (header_len,) = struct.unpack("<Q", f.read(8))
-            if header_len > size:
-                return None
-            header = json.loads(f.read(header_len))
+        size = os.fstat(f.fileno()).st_size
+        (header_len,) = struct.unpack("<Q", f.read(8))
+        if header_len > size:
+            return None
+        header = json.loads(f.read(header_len))
     except (OSError, struct.error, ValueError):
         return None
     if header.pop("__metadata__", None) != metadata or header.keys() != tensors.keys():
