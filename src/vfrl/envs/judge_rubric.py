@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from vfrl.envs.messages import content_text, message_field
 from vfrl.envs.parsers import Parser, assistant_texts
 from vfrl.envs.rubric import Rubric
 
@@ -68,7 +69,8 @@ class JudgeRubric(Rubric):
     async def judge(self, prompt: Any, completion: Any, answer: Any, state: dict[str, Any]) -> str:
         cache = state.setdefault("judge_responses", {})
         question = prompt if isinstance(prompt, str) else next(
-            (m.get("content") or "" for m in reversed(prompt) if m.get("role") == "user"), "")
+            (content_text(message_field(m, "content")) for m in reversed(prompt)
+             if message_field(m, "role") == "user"), "")
         response = self.parser.parse_answer(completion)
         if response is None:
             texts = assistant_texts(completion)

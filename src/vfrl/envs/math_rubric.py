@@ -144,9 +144,7 @@ class MathRubric(Rubric):
 
 
 def _last_assistant_text(completion: Any) -> str:
-    if isinstance(completion, str):
-        return completion
-    for message in reversed(completion or []):
-        if message.get("role") == "assistant":
-            return message.get("content") or ""
-    return ""
+    from vfrl.envs.parsers import assistant_texts
+
+    texts = assistant_texts(completion or [])
+    return texts[-1] if texts else ""

@@ -11,14 +11,17 @@ import re
 from types import SimpleNamespace
 from typing import Any, Callable
 
+from vfrl.envs.messages import content_text, message_field
+
 Messages = list[dict[str, Any]]
 
 
 def assistant_texts(completion: str | Messages) -> list[str]:
-    """The text of every assistant message of a completion (a plain string is one message)."""
+    """The text of every assistant message of a completion (a plain string is one message): its content's
+    text, "" for a reply with tool calls only; dicts or objects (`content_text`)."""
     if isinstance(completion, str):
         return [completion]
-    return [m.get("content") or "" for m in completion if m.get("role") == "assistant"]
+    return [content_text(message_field(m, "content")) for m in completion if message_field(m, "role") == "assistant"]
 
 
 class Parser:
@@ -35,16 +38,16 @@ class Parser:
 
     # verifiers' helpers: the messages of one role, in order
     def get_assistant_messages(self, completion: Messages) -> Messages:
-        return [m for m in completion if m.get("role") == "assistant"]
+        return [m for m in completion if message_field(m, "role") == "assistant"]
 
     def get_user_messages(self, completion: Messages) -> Messages:
-        return [m for m in completion if m.get("role") == "user"]
+        return [m for m in completion if message_field(m, "role") == "user"]
 
     def get_system_messages(self, completion: Messages) -> Messages:
-        return [m for m in completion if m.get("role") == "system"]
+        return [m for m in completion if message_field(m, "role") == "system"]
 
     def get_tool_messages(self, completion: Messages) -> Messages:
-        return [m for m in completion if m.get("role") == "tool"]
+        return [m for m in completion if message_field(m, "role") == "tool"]
 
     def get_format_reward_func(self) -> Callable[..., float]:
         def format_reward_func(completion) -> float:

@@ -42,6 +42,7 @@ from typing import Any
 
 from vfrl.envs.environment import Environment, Rollout, TokenBranch
 from vfrl.envs.faults import RolloutFaults, one_line, start_clock, time_left
+from vfrl.envs.messages import message_dict
 from vfrl.inference.scale_out import find_uv
 
 API_KEY_VAR = "VFRL_V1_API_KEY"  # verifiers' client reads the key from an environment variable
@@ -145,7 +146,7 @@ def trace_rollout(trace, example_id: int, answer: Any, policy: str) -> Rollout |
     if not found:
         return None
     first, *more = [branch_tokens(b, mask) for b, mask in found]
-    msgs = [m.model_dump(exclude_none=True) if hasattr(m, "model_dump") else dict(m) for m in found[0][0].messages]
+    msgs = [message_dict(m) for m in found[0][0].messages]
     first_reply = next((i for i, m in enumerate(msgs) if m.get("role") == "assistant"), len(msgs))
     rollout = Rollout(example_id=example_id, prompt=msgs[:first_reply], completion=msgs[first_reply:], answer=answer,
                       prompt_ids=first.prompt_ids, completion_ids=first.completion_ids,
@@ -243,7 +244,7 @@ def task_row(task, i: int) -> dict[str, Any]:
     if isinstance(prompt, str):
         messages.append({"role": "user", "content": prompt})
     elif prompt:
-        messages += [m.model_dump(exclude_none=True) if hasattr(m, "model_dump") else dict(m) for m in prompt]
+        messages += [message_dict(m) for m in prompt]
     return {"prompt": messages, "answer": getattr(data, "answer", ""), "example_id": i}
 
 

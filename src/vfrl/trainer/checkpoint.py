@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vfrl.envs.environment import Rollout
+from vfrl.envs.messages import json_default
 from vfrl.run_dir import atomic_directory
 from vfrl.trainer.orchestrator import Batch
 
@@ -148,7 +149,7 @@ def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, state: T
         torch.save(saved, tmp / "trainer_state.pt")
         (tmp / "trainer_state.json").write_text(json.dumps(dataclasses.asdict(state), indent=1))
         if pending is not None:
-            (tmp / "pending_batch.json").write_text(json.dumps(batch_to_json(pending)))
+            (tmp / "pending_batch.json").write_text(json.dumps(batch_to_json(pending), default=json_default))
         _fsync_tree(tmp)  # every file is on disk before the marker says so
         marker = tmp / MARKER
         marker.write_text(f"step {state.step}\n")

@@ -16,6 +16,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from vfrl.envs.messages import last_text
+
 
 def progress_line(r: dict[str, Any]) -> str:
     """`step 3/10 | reward 0.612 | loss +0.0012 | mismatch 1.2e-06 | 812 tok/s | 2.10s: gen 1.52 wait 0.31 ...`."""
@@ -63,9 +65,7 @@ class TrainerConsole:
         table.add_column("completion", overflow="fold", ratio=3)
         table.add_column("reward", justify="right", no_wrap=True)
         for r in rollouts[:limit]:
-            prompt = r.prompt[-1]["content"] if r.prompt else ""
-            text = r.completion[-1]["content"] if r.completion else ""
-            table.add_row(escape(repr(prompt)), escape(repr(text)), f"{r.reward:.3f}")
+            table.add_row(escape(repr(last_text(r.prompt))), escape(repr(last_text(r.completion))), f"{r.reward:.3f}")
         self.console.print(table)
 
     def warn(self, message: str) -> None:

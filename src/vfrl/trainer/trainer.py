@@ -24,6 +24,7 @@ from vfrl.config import RLConfig
 from vfrl.envs.daemon_pool import DaemonPool
 from vfrl.inference.endpoints import server_root
 from vfrl.envs.loader import load_configured_environment
+from vfrl.envs.messages import json_default
 from vfrl.run_dir import RunDir, append_jsonl, set_aside_after
 from vfrl.trainer.advantages import reward_stats
 from vfrl.trainer.batch import TrainBatch, make_train_batch
@@ -524,9 +525,7 @@ class RLTrainer:
         stats, rollouts = await task
         record = {"step": version, "max_steps": self.args.max_steps, **stats}
         append_jsonl(self.metrics_path, record)
-        with open(RunDir(self.run_dir).eval_rollouts(version), "w") as f:
-            for r in rollouts:
-                f.write(json.dumps(rollout_row(r)) + "\n")
+        write_rollouts(RunDir(self.run_dir).eval_rollouts(version), rollouts)
         self.wandb.log(record)
         self.console.eval(version, stats)
 
@@ -536,9 +535,7 @@ class RLTrainer:
         alert = self.mismatch.check(record.get("mismatch_kl", 0.0))
         record["mismatch_kl_alert"] = int(alert is not None)
         append_jsonl(self.metrics_path, record)
-        with open(RunDir(self.run_dir).step_rollouts(step), "w") as f:
-            for r in batch.rollouts:
-                f.write(json.dumps(rollout_row(r)) + "\n")
+        write_rollouts(RunDir(self.run_dir).step_rollouts(step), batch.rollouts)
         self.console.step(record)
         if batch.warning:
             self.console.warn(batch.warning)
@@ -560,6 +557,13 @@ def rollout_row(r) -> dict:
             "reward_errors": r.reward_errors, "error": r.error,  # why it scored 0 / ended early
             # training rows (a forked verifiers trace has several) and the policy's tokens among them
             "branches": len(r.sequences()), "sampled_tokens": sum(sum(s.completion_mask) for s in r.sequences())}
+
+
+def write_rollouts(path: Path, rollouts: list) -> None:
+    """One line per rollout; a message of any shape (an object, a pydantic model) is saved, never an error."""
+    with open(path, "w") as f:
+        for r in rollouts:
+            f.write(json.dumps(rollout_row(r), default=json_default) + "\n")
 
 
 def batch_metrics(batch: Batch, tb: TrainBatch, rewards: torch.Tensor, loss_tokens: int) -> dict[str, float]:

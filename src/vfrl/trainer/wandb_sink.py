@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from vfrl.envs.messages import last_text
 from vfrl.run_dir import RunDir
 
 
@@ -34,8 +35,8 @@ class WandbSink:
     def completions(self, step: int, rollouts: list) -> None:
         table = self.wandb.Table(columns=["step", "example_id", "prompt", "completion", "answer", "reward"])
         for r in rollouts:
-            table.add_data(step, r.example_id, r.prompt[-1]["content"] if r.prompt else "",
-                           r.completion[-1]["content"] if r.completion else "", r.answer, r.reward)
+            # every cell of a column one type, or wandb refuses the row: answers are ints in one env, text in another
+            table.add_data(step, r.example_id, last_text(r.prompt), last_text(r.completion), str(r.answer), r.reward)
         self.run.log({"completions": table, "step": step})
 
     def alert(self, title: str, text: str) -> None:

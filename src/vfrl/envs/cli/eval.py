@@ -28,6 +28,7 @@ import typer
 from vfrl.envs.cli import fail
 from vfrl.envs.cli.eval_defaults import EVAL_DEFAULTS, read_eval_defaults
 from vfrl.envs.faults import RolloutFaults
+from vfrl.envs.messages import json_default
 from vfrl.envs.sampling import MissingTokenIds, probe_token_ids
 
 PROG = "vf-eval"
@@ -139,7 +140,7 @@ async def run_eval(env, client, model: str, num_examples: int, rollouts_per_exam
             for next_group in asyncio.as_completed(tasks):
                 group = await next_group
                 for r in group:
-                    f.write(json.dumps(rollout_record(r), default=str) + "\n")
+                    f.write(json.dumps(rollout_record(r), default=json_default) + "\n")
                 f.flush()
                 rollouts += group
                 on_group(rollouts_per_example)  # dropped rollouts are done too
