@@ -1,12 +1,15 @@
 """vf-rl and TRL's GRPOTrainer side by side on the same workloads, one command.
 
-    .venv/bin/python benchmarks/side_by_side.py [--runs 3] [--workloads quickstart,19m,19m-scaling] [--steps N] [--steps-19m N] [--render-only]
+    .venv/bin/python benchmarks/side_by_side.py [--runs 3] [--workloads quickstart,19m,19m-scaling,smollm2] [--steps N] [--steps-19m N] [--render-only]
 
-Workloads (each a vf-rl config; TRL gets the same model, data, reward, LoRA, learning rate, rollouts per step,
-group size, micro-batch and max tokens, read from that config):
+Workloads (each a vf-rl config; TRL gets the same model, data, reward, LoRA rank and alpha, learning rate and its
+schedule, rollouts per step, group size, micro-batch, max tokens, temperature and eval, read from that config):
   quickstart    configs/rl/quickstart.toml: the 0.3M tiny model, 128 rollouts, <= 16 tokens, 160 steps
   19m           benchmarks/configs/19m.toml: a random 19M Qwen2 (8 layers, hidden 512), 64 rollouts, <= 64 tokens
   19m-scaling   the same at 64, 128 and 256 rollouts per step
+  smollm2       configs/rl/smollm2.toml: SmolLM2-135M-Instruct on bare sums, 64 rollouts, <= 24 tokens, 60 steps,
+                an eval on held-out sums at step 0, every 25 steps and at the end; not in the default list (it
+                needs the model scripts/install.sh makes)
 
 For each workload and each of --runs rounds: TRL first (its own venv, .bench/trl-venv, made by
 benchmarks/trl_env.sh on first use; 2 torch threads; its default generation on CPU, vLLM on GPU), then
@@ -49,15 +52,20 @@ HOW_TO = f"""{HEADING}
 runs TRL 1.16's `GRPOTrainer` and then `vf-rl` on the same workloads, `--runs` rounds each: the quick start
 (`configs/rl/quickstart.toml`, 160 steps), a random 19M Qwen2 (8 layers, hidden 512, `benchmarks/configs/19m.toml`,
 64 rollouts of <= 64 tokens, 15 steps; the model is made in `models/bench-19m` when missing) and the same
-model at 64, 128 and 256 rollouts per step. TRL runs in its own venv (`.bench/trl-venv`, made by
+model at 64, 128 and 256 rollouts per step. `--workloads smollm2` (not run by default) is a real model:
+`configs/rl/smollm2.toml`, SmolLM2-135M-Instruct (made by `scripts/install.sh`) on bare sums rewarded by the
+last number of the reply, 64 rollouts of <= 24 tokens, 60 steps, evaluated at step 0, every 25 steps and at the
+end on 100 held-out sums x 2 rollouts. TRL runs in its own venv (`.bench/trl-venv`, made by
 `benchmarks/trl_env.sh` on first use, with vfrl's torch, transformers, peft and accelerate) through
-`benchmarks/trl_grpo.py`: same model, data, LCS reward, LoRA r8/alpha 16, lr 3e-3 cosine with 5 warm-up
-steps, rollouts per step, 8 per prompt, micro-batch, max tokens and temperature 1.0, 2 torch threads, its
+`benchmarks/trl_grpo.py`, with what the workload's config sets: model, data, reward (reverse-text's LCS,
+arithmetic's last number), LoRA rank and alpha, lr, its schedule and warm-up, rollouts per step and per prompt,
+micro-batch, max tokens, temperature and the eval (same prompts, rollouts per prompt and sampling; TRL samples
+afresh at each eval and pauses training for it, vf-rl reuses its seeds and evaluates beside training); 2 torch threads, its
 default generation (`model.generate`) on CPU and its vLLM colocate mode on a GPU (not run on one yet). Ratios come from the same
 round (TRL and vf-rl back to back), then their median over rounds. The command rewrites this section, the
 plots and `docs/benchmarks/side_by_side.json` (machine, load average before and after each run, versions,
-commit, commands, every step). Run it on an otherwise idle machine: other jobs on the same cores slow TRL's
-two threads far more than their share. Three rounds of everything take an estimated 2.5 hours on 2 cores
+commit, commands, every step and eval). Run it on an otherwise idle machine: other jobs on the same cores slow TRL's
+two threads far more than their share. Three rounds of the default workloads take an estimated 2.5 hours on 2 cores
 (quick start ~20 min, the 19M model at 64 / 128 / 256 rollouts ~20 / 35 / 70 min); `--steps` and
 `--workloads` shorten it.
 """
@@ -81,6 +89,7 @@ def workload_cases(names: list[str], steps: int | None, steps_19m: int | None = 
         "quickstart": [Case("quickstart", "configs/rl/quickstart.toml", 128, steps or 160)],
         "19m": [c19(64)],
         "19m-scaling": [c19(64), c19(128), c19(256)],
+        "smollm2": [Case("smollm2", "configs/rl/smollm2.toml", 64, steps or 60)],
     }
     cases: list[Case] = []
     for name in names:
@@ -97,12 +106,31 @@ def median(values) -> float | None:
     return statistics.median(values) if values else None
 
 
+def vfrl_step_end(line: dict, launch: float) -> float:
+    """Seconds from launch to the end of a metrics.jsonl step line's step: when its adapter is pushed."""
+    return line["train_end"] + line["sync_s"] - launch
+
+
 def vfrl_steps(metrics: list[dict], launch: float) -> list[dict]:
-    """metrics.jsonl's step lines (not eval lines) as common step rows; a step ends when its adapter is pushed."""
-    return [{"step": r["step"], "end_s": r["train_end"] + r["sync_s"] - launch, "step_s": r["step_s"],
+    """metrics.jsonl's step lines (not eval lines) as common step rows."""
+    return [{"step": r["step"], "end_s": vfrl_step_end(r, launch), "step_s": r["step_s"],
              "reward": r["reward_mean"], "completion_len": r.get("completion_len"), "generate_s": r["generate_s"],
              "train_s": r["train_s"], "sync_s": r["sync_s"], "wait_s": r["wait_s"]}
             for r in metrics if "step_s" in r]
+
+
+def vfrl_evals(metrics: list[dict], launch: float, end_s: float) -> list[dict]:
+    """metrics.jsonl's eval lines as common eval rows (`step`: the policy version evaluated). An eval line has no
+    time of its own; it is appended once its eval is done, before the push that ends the next step line: it
+    ends by that step's end, or by the run's end (`end_s`, from launch) when no step line follows."""
+    evals, pending = [], []
+    for r in metrics:
+        if "eval/reward_mean" in r:
+            pending.append({"step": r["step"], "reward": r["eval/reward_mean"]})
+        elif "step_s" in r:
+            evals += [e | {"end_s": vfrl_step_end(r, launch)} for e in pending]
+            pending = []
+    return evals + [e | {"end_s": end_s} for e in pending]
 
 
 def trl_steps(lines: list[dict], launch: float) -> list[dict]:
@@ -110,11 +138,18 @@ def trl_steps(lines: list[dict], launch: float) -> list[dict]:
     `cpu_total_s` the process's CPU seconds from the start of training to the step's end."""
     rows, cpu = [], 0.0
     for r in lines:
+        if r.get("eval"):
+            continue
         cpu += r.get("cpu_s") or 0.0
         rows.append({"step": r["step"], "end_s": r["t"] - launch, "step_s": r["step_s"], "reward": r["reward_mean"],
                      "completion_len": r.get("completion_len"), "trl_step_time": r.get("step_time")}
                     | ({"cpu_total_s": cpu} if "cpu_s" in r else {}))
     return rows
+
+
+def trl_evals(lines: list[dict], launch: float) -> list[dict]:
+    """benchmarks/trl_grpo.py's eval lines as common eval rows (`step`: optimizer steps done)."""
+    return [{"step": r["step"], "end_s": r["t"] - launch, "reward": r["eval_reward"]} for r in lines if r.get("eval")]
 
 
 def add_vfrl_cpu(rows: list[dict], cpu_at, launch: float) -> None:
@@ -143,9 +178,22 @@ def time_to_gain(rows: list[dict], gain: float = DEFAULT_GAIN, window: int = WIN
     return None
 
 
-def summarize(rows: list[dict], wall_s: float | None = None, gain: float = DEFAULT_GAIN) -> dict:
+def eval_figures(evals: list[dict], gain: float = DEFAULT_GAIN) -> dict:
+    """The first (step 0) and last eval reward, and when the first eval `gain` above the first ended (seconds
+    from launch, step); nothing for a run without evals."""
+    if not evals:
+        return {}
+    first, last = evals[0]["reward"], evals[-1]["reward"]
+    reached = next((e for e in evals if e["reward"] >= first + gain), None)
+    return {"eval_first": first, "eval_last": last, "eval_gain": last - first,
+            "time_to_eval_gain_s": reached["end_s"] if reached else None,
+            "steps_to_eval_gain": reached["step"] if reached else None}
+
+
+def summarize(rows: list[dict], wall_s: float | None = None, gain: float = DEFAULT_GAIN,
+              evals: list[dict] | None = None) -> dict:
     """One run's figures. Step times are medians over the steps after the first SKIP (all if there are no more);
-    `gain`: the reward gain whose time from launch is reported."""
+    `gain`: the reward gain whose time from launch is reported, of the step rewards and of the evals."""
     timed = rows[SKIP:] or rows
     rewards = [r["reward"] for r in rows]
     k = min(BASE, len(rewards))
@@ -157,6 +205,7 @@ def summarize(rows: list[dict], wall_s: float | None = None, gain: float = DEFAU
         "median_completion_len": median(r.get("completion_len") for r in timed),
         "reward_first": first, "reward_last": last, "reward_gain": last - first,
         "time_to_gain_s": reached[0] if reached else None, "steps_to_gain": reached[1] if reached else None,
+        **eval_figures(evals or [], gain),
     }
     if "generate_s" in rows[0]:  # vf-rl: where the step went
         for key in ("generate_s", "train_s", "sync_s", "wait_s"):
@@ -180,7 +229,8 @@ def ratios(trl: dict, vfrl: dict) -> dict:
         a, b = trl.get(key), vfrl.get(key)
         return a / b if a is not None and b else None
 
-    return {"step": over("median_step_s"), "time_to_gain": over("time_to_gain_s"), "wall": over("wall_s")}
+    return {"step": over("median_step_s"), "time_to_gain": over("time_to_gain_s"),
+            "time_to_eval_gain": over("time_to_eval_gain_s"), "wall": over("wall_s")}
 
 
 def case_summary(rounds: list[dict]) -> dict:
@@ -190,8 +240,8 @@ def case_summary(rounds: list[dict]) -> dict:
     for system in ("trl", "vfrl"):
         keys = sorted({k for r in done for k in r[system]["summary"]})
         out[system] = {k: median(r[system]["summary"].get(k) for r in done) for k in keys}
-    for key in ("step", "time_to_gain", "wall"):
-        values = [r["ratios"][key] for r in done if r["ratios"][key] is not None]
+    for key in ("step", "time_to_gain", "time_to_eval_gain", "wall"):
+        values = [r["ratios"][key] for r in done if r["ratios"].get(key) is not None]
         out[f"ratio_{key}"] = median(values)
         out[f"ratio_{key}_range"] = [min(values), max(values)] if values else None
     return out
@@ -227,7 +277,7 @@ def render_section(result: dict) -> str:
     m, v, target = result["machine"], result["versions"], result.get("gain", DEFAULT_GAIN)
     loads = [run["load_before"][0] for c in result["cases"].values() for r in c["rounds"]
              for run in (r.get("trl"), r.get("vfrl")) if run]
-    step_rows, reward_rows, round_rows = [], [], []
+    step_rows, reward_rows, eval_rows, round_rows = [], [], [], []
     for name, c in result["cases"].items():
         s, case = c["summary"], c["case"]
         if not s["rounds"]:
@@ -244,6 +294,11 @@ def render_section(result: dict) -> str:
             reward_rows.append([name, label, f"{x['reward_first']:.3f} -> {x['reward_last']:.3f}",
                                 fmt(x["reward_gain"], "+.3f"), gain, fmt(x["first_step_end_s"], ".0f", " s"),
                                 fmt(x["wall_s"], ".0f", " s")])
+            if x.get("eval_first") is not None:
+                reached = x["time_to_eval_gain_s"]
+                eval_rows.append([name, label, f"{x['eval_first']:.3f} -> {x['eval_last']:.3f}",
+                                  fmt(x["eval_gain"], "+.3f"),
+                                  "-" if reached is None else f"{reached:.0f} s (step {x['steps_to_eval_gain']:.0f})"])
         for i, r in enumerate(c["rounds"], 1):
             if r.get("ratios"):
                 round_rows.append([name, str(i), f"{r['trl']['load_before'][0]:.1f} / {r['vfrl']['load_before'][0]:.1f}",
@@ -277,6 +332,12 @@ def render_section(result: dict) -> str:
         f"reward is {target:+.2f} above the first {BASE} steps' mean; medians over rounds.\n\n"
         + md_table(["workload", "system", f"reward, first {BASE} -> last {BASE}", "gain", f"launch to {target:+.2f}",
                     "launch to end of step 1", "launch to exit"], reward_rows)
+        + (f"\nEval: mean reward of the config's eval (its held-out prompts x `eval_rollouts_per_example`, sampled "
+           f"as in training) at step 0, every `eval_steps` and after the last step; time from launch to the end of "
+           f"the first eval {target:+.2f} above step 0's (vf-rl: the end of the next training step, as its eval "
+           f"runs beside that step and is logged before the step's push); medians over rounds.\n\n"
+           + md_table(["workload", "system", "eval reward, step 0 -> last", "gain", f"launch to eval {target:+.2f}"],
+                      eval_rows) if eval_rows else "")
         + "\nEach round (load average before TRL / before vf-rl):\n\n"
         + md_table(["workload", "round", "load", "TRL step", "vf-rl step", "TRL ÷ vf-rl step",
                     f"TRL ÷ vf-rl time to {target:+.2f}"], round_rows)
@@ -352,6 +413,9 @@ def ensure_model(config: dict) -> Path:
         from vfrl.tiny_model import build_tiny_model
 
         build_tiny_model(path, seed=0, hidden_size=512, num_layers=8)
+    elif path.name == "smollm2-135m-instruct":
+        raise SystemExit(f"side_by_side.py: model {path} is missing; scripts/install.sh makes it "
+                         f"(python -m vfrl.make_smollm2 --out {rel(path)})")
     else:
         raise SystemExit(f"side_by_side.py: model {path} is missing")
     return path
@@ -412,13 +476,56 @@ def rel(path: Path) -> str:
     return os.path.relpath(path, ROOT) if Path(os.path.normpath(path)).is_relative_to(ROOT) else str(path)
 
 
-def trl_args(case: Case, config: dict, model: Path, data: Path, out: Path, trl_vllm: str) -> list[str]:
-    a = config["trainer"]["args"]
-    return ["benchmarks/trl_grpo.py", "--model", rel(model), "--data", rel(data), "--out", rel(out),
+def trainer_args(config: dict):
+    """The config's trainer args with vf-rl's defaults for what it leaves out."""
+    from vfrl.config import TrainerArgs
+
+    return TrainerArgs.model_validate(config["trainer"]["args"])
+
+
+def trl_reward(config: dict) -> str:
+    """benchmarks/trl_grpo.py's copy of the config's environment reward."""
+    env, args = config["env"]["id"], config["env"].get("args", {})
+    if env == "reverse-text":
+        return "lcs"
+    if env == "arithmetic" and args.get("style") == "bare":
+        return "last_number"
+    raise SystemExit(f"side_by_side.py: benchmarks/trl_grpo.py has no reward for env {env!r} with args {args}; it has "
+                     f"reverse-text's (lcs) and arithmetic's with style = \"bare\" (last_number): add one there")
+
+
+def trl_rows(config: dict) -> tuple[list[dict], list[dict]]:
+    """(train rows, eval rows) of the config's environment as vf-rl splits them (trainer/evaluation.py): the eval
+    rows only when eval is on, and out of the train rows when they are a held-out slice of the dataset."""
+    from vfrl import load_environment
+    from vfrl.trainer.evaluation import eval_example_ids, held_out_size
+
+    env = load_environment(config["env"]["id"], **config["env"].get("args", {}))
+    a = trainer_args(config)
+    pick = [{"prompt": r["prompt"], "answer": r["answer"]} for r in env.dataset]
+    train = pick[: len(pick) - held_out_size(env, a)]
+    if a.eval_strategy == "no":
+        return train, []
+    ids, eval_split = eval_example_ids(env, a)
+    rows = env.eval_dataset if eval_split else env.dataset
+    return train, [{"prompt": rows[i]["prompt"], "answer": rows[i]["answer"]} for i in ids]
+
+
+def trl_args(case: Case, config: dict, model: Path, data: Path, out: Path, trl_vllm: str,
+             eval_data: Path | None = None) -> list[str]:
+    """benchmarks/trl_grpo.py's arguments for the case; `eval_data`: the eval rows, when the config evaluates."""
+    a = trainer_args(config)
+    args = ["benchmarks/trl_grpo.py", "--model", rel(model), "--data", rel(data), "--out", rel(out),
             "--steps", str(case.steps), "--rollouts", str(case.rollouts),
-            "--num-generations", str(a["rollouts_per_example"]), "--micro-batch", str(a["micro_batch_size"]),
-            "--max-tokens", str(a["max_tokens"]), "--lr", str(a["learning_rate"]),
-            "--temperature", str(a.get("temperature", 1.0)), "--threads", "2", "--vllm", trl_vllm]
+            "--num-generations", str(a.rollouts_per_example), "--micro-batch", str(a.micro_batch_size),
+            "--max-tokens", str(a.max_tokens), "--lr", str(a.learning_rate),
+            "--temperature", str(a.temperature), "--threads", "2", "--vllm", trl_vllm,
+            "--reward", trl_reward(config), "--lora-rank", str(a.lora_rank), "--lora-alpha", str(a.lora_alpha),
+            "--scheduler", a.lr_scheduler_type, "--warmup-steps", str(a.warmup_steps)]
+    if a.eval_strategy == "steps":
+        args += ["--eval-data", rel(eval_data), "--eval-steps", str(a.eval_steps),
+                 "--eval-generations", str(a.eval_rollouts_per_example)]
+    return args
 
 
 def run_logged(cmd: list[str], env: dict, log: Path) -> tuple[float, float, int]:
@@ -433,16 +540,29 @@ TRL_ENV = {"OMP_NUM_THREADS": "2", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE":
            "TOKENIZERS_PARALLELISM": "false", "WANDB_DISABLED": "true"}  # its venv has no vfrl: no PYTHONPATH
 
 
-def run_trl(case: Case, config: dict, model: Path, trl_py: Path, data: Path, work: Path, i: int, trl_vllm: str,
-            gain: float) -> dict:
+def write_trl_rows(case: Case, config: dict, work: Path) -> tuple[Path, Path | None]:
+    """The JSON files of the case's train rows and, when it evaluates, eval rows, for benchmarks/trl_grpo.py."""
+    train, evals = trl_rows(config)
+    data = work / f"rows-{case.name.replace('@', '-')}.json"
+    data.write_text(json.dumps(train))
+    if not evals:
+        return data, None
+    eval_data = data.with_name(f"eval-{data.name}")
+    eval_data.write_text(json.dumps(evals))
+    return data, eval_data
+
+
+def run_trl(case: Case, config: dict, model: Path, trl_py: Path, data: tuple[Path, Path | None], work: Path, i: int,
+            trl_vllm: str, gain: float) -> dict:
     out = work / f"trl-{case.name.replace('@', '-')}-{i}.jsonl"
-    cmd = [rel(trl_py), *trl_args(case, config, model, data, out, trl_vllm)]
+    cmd = [rel(trl_py), *trl_args(case, config, model, data[0], out, trl_vllm, data[1])]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | TRL_ENV
     record = {"command": shlex.join(cmd), "env": " ".join(f"{k}={v}" for k, v in TRL_ENV.items()),
               "load_before": os.getloadavg()}
     launch, wall, code = run_logged(cmd, env, out.with_suffix(".log"))
     lines = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
-    return finish(record, launch, wall, code, trl_steps(lines, launch), case, out.with_suffix(".log"), gain)
+    return finish(record, launch, wall, code, trl_steps(lines, launch), case, out.with_suffix(".log"), gain,
+                  trl_evals(lines, launch))
 
 
 def run_vfrl(case: Case, work: Path, i: int, gain: float) -> dict:
@@ -456,34 +576,37 @@ def run_vfrl(case: Case, work: Path, i: int, gain: float) -> dict:
         launch, wall, code = run_logged(cmd, dict(os.environ), log)
     found = re.search(r"run directory (\S+)", log.read_text())
     run_dir = (ROOT / found.group(1)) if found else None
-    rows = []
+    rows, evals = [], []
     if run_dir and (run_dir / "metrics.jsonl").exists():
         from vfrl.launcher.plot import read_metrics
 
-        rows = vfrl_steps(read_metrics(run_dir), launch)
+        metrics = read_metrics(run_dir)
+        rows, evals = vfrl_steps(metrics, launch), vfrl_evals(metrics, launch, wall)
         if cpu.samples:
             add_vfrl_cpu(rows, cpu.at, launch)
         record["run_dir"] = rel(run_dir)
-    return finish(record, launch, wall, code, rows, case, log, gain)
+    return finish(record, launch, wall, code, rows, case, log, gain, evals)
 
 
 def finish(record: dict, launch: float, wall: float, code: int, rows: list[dict], case: Case, log: Path,
-           gain: float) -> dict:
+           gain: float, evals: list[dict]) -> dict:
     record |= {"launch": launch, "wall_s": wall, "load_after": os.getloadavg(), "exit_code": code, "log": rel(log),
-               "steps": rows}
+               "steps": rows, "evals": evals}
     if code or len(rows) < case.steps:
         record["error"] = f"exit code {code}, {len(rows)} of {case.steps} steps; see {log}"
         print(f"side_by_side.py: {record['error']}", file=sys.stderr)
     else:
-        record["summary"] = summarize(rows, wall, gain)
+        record["summary"] = summarize(rows, wall, gain, evals)
     return record
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=3, help="rounds per workload (TRL then vf-rl each)")
-    ap.add_argument("--workloads", default="quickstart,19m,19m-scaling")
-    ap.add_argument("--steps", type=int, help="steps per run for every workload (default: quickstart 160, 19M 15)")
+    ap.add_argument("--workloads", default="quickstart,19m,19m-scaling",
+                    help="comma-separated, of quickstart, 19m, 19m-scaling, smollm2 (default: %(default)s)")
+    ap.add_argument("--steps", type=int,
+                    help="steps per run for every workload (default: quickstart 160, 19M 15, smollm2 60)")
     ap.add_argument("--steps-19m", type=int, help="steps per run of the 19M cases only (overrides --steps for them)")
     ap.add_argument("--trl-vllm", choices=["auto", "none", "colocate"], default="auto",
                     help="TRL's generation: auto = model.generate on CPU, vLLM colocate on a GPU (server mode, which "
@@ -504,6 +627,9 @@ def main() -> None:
         write_section(args.docs / "benchmarks.md", render_section(result), HEADING)
         return
     cases = workload_cases(args.workloads.split(","), args.steps, args.steps_19m)
+    configs = {case: tomllib.loads((ROOT / case.config).read_text()) for case in cases}
+    for config in configs.values():
+        trl_reward(config)  # an environment trl_grpo.py has no reward for stops the command here, before any run
     gpus = gpu_names()
     trl_vllm = ("colocate" if gpus else "none") if args.trl_vllm == "auto" else args.trl_vllm
 
@@ -511,11 +637,6 @@ def main() -> None:
                                    text=True, env=os.environ | {"VFRL_VENV": str(BIN.parent)}).stdout.strip()
     work = ROOT / "outputs" / "side_by_side" / time.strftime("%Y%m%d-%H%M%S")
     work.mkdir(parents=True)
-    from vfrl import load_environment
-
-    data = work / "reverse_text_rows.json"
-    data.write_text(json.dumps([{"prompt": r["prompt"], "answer": r["answer"]}
-                                for r in load_environment("reverse-text").dataset]))
     out_dir = args.docs / "benchmarks"
     out_dir.mkdir(parents=True, exist_ok=True)
     result = {
@@ -530,8 +651,9 @@ def main() -> None:
         "cases": {},
     }
     for case in cases:
-        config = tomllib.loads((ROOT / case.config).read_text())
+        config = configs[case]
         model = ensure_model(config)
+        data = write_trl_rows(case, config, work)
         entry = result["cases"][case.name] = {"case": asdict(case) | {"model": config["model"],
                                                                        "model_params": model_params(model)},
                                               "rounds": [], "summary": {}}

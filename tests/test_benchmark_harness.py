@@ -187,3 +187,153 @@ def test_trl_gets_the_reverse_text_reward():
     for reply, answer in (("cba", "cba"), (" cb \n", "cba"), ("", "abc"), ("xyzabc", "cba")):
         completion = [{"role": "assistant", "content": reply}]
         assert trl_grpo.lcs_reward([completion], [answer]) == [ours(completion, answer)]
+
+
+def test_trl_gets_the_arithmetic_last_number_reward(monkeypatch):
+    """trl_grpo.py's copy of environments/arithmetic's correct_number (style="bare"), loaded without TRL."""
+    import vfrl
+
+    for name in ("trl", "peft", "datasets"):  # imported in main() only: trl_grpo.py's venv is not this one
+        monkeypatch.setitem(sys.modules, name, None)
+    trl_grpo = load("trl_grpo")
+    env = vfrl.load_environment("arithmetic", style="bare", operations=["+"], max_number=20)
+    ours = env.rubric.funcs[0]
+    replies = ["18", "18.", " The answer is 18", "17 + 1 = 18", "18 or 19", "1,8", "-18", "18.0", "18.5", "", "x"]
+    for reply in replies:
+        completion = [{"role": "assistant", "content": reply}]
+        assert trl_grpo.last_number_reward([completion], ["18"]) == [ours(completion, "18")], reply
+    completions = [[{"role": "assistant", "content": "7 + 12 = 19"}], []]
+    assert trl_grpo.last_number_reward(completions, ["19", "19"]) == [1.0, 0.0]
+    assert trl_grpo.last_number("1,200 apples") == "1200" and trl_grpo.last_number("no number") is None
+
+
+def smollm2_case():
+    return sbs.workload_cases(["smollm2"], None)[0]
+
+
+def config_of(path: str) -> dict:
+    import tomllib
+
+    return tomllib.loads((ROOT / path).read_text())
+
+
+def test_the_smollm2_workload_is_asked_for_by_name_only():
+    assert smollm2_case() == sbs.Case("smollm2", "configs/rl/smollm2.toml", 64, 60)
+    assert sbs.workload_cases(["smollm2"], 8)[0].steps == 8
+    assert "smollm2" not in [c.name for c in sbs.workload_cases("quickstart,19m,19m-scaling".split(","), None)]
+
+
+def test_trl_args_from_the_smollm2_config():
+    case, config = smollm2_case(), config_of("configs/rl/smollm2.toml")
+    args = sbs.trl_args(case, config, ROOT / "models/smollm2-135m-instruct", ROOT / "outputs/rows.json",
+                        ROOT / "outputs/trl.jsonl", "none", ROOT / "outputs/eval-rows.json")
+    assert args == [
+        "benchmarks/trl_grpo.py", "--model", "models/smollm2-135m-instruct", "--data", "outputs/rows.json",
+        "--out", "outputs/trl.jsonl", "--steps", "60", "--rollouts", "64", "--num-generations", "8",
+        "--micro-batch", "32", "--max-tokens", "24", "--lr", "0.0003", "--temperature", "0.7", "--threads", "2",
+        "--vllm", "none", "--reward", "last_number", "--lora-rank", "16", "--lora-alpha", "32",
+        "--scheduler", "constant", "--warmup-steps", "5",
+        "--eval-data", "outputs/eval-rows.json", "--eval-steps", "25", "--eval-generations", "2"]
+
+    trl_grpo = load("trl_grpo")
+    settings = trl_grpo.grpo_settings(trl_grpo.parse_args(args[1:]), eval_prompts=100)
+    assert settings["lr_scheduler_type"] == "constant" and settings["warmup_steps"] == 5  # vf-rl's get_scheduler call
+    assert settings["per_device_train_batch_size"] == 32 and settings["gradient_accumulation_steps"] == 2
+    # 100 prompts x 2: batches of whole groups, at most a micro-batch, all of one size (a mean of equal batches'
+    # means is the mean over all 200 rollouts, as vf-rl's eval/reward_mean)
+    assert {k: settings[k] for k in ("eval_strategy", "eval_steps", "eval_on_start", "num_generations_eval",
+                                     "per_device_eval_batch_size")} == {
+        "eval_strategy": "steps", "eval_steps": 25, "eval_on_start": True, "num_generations_eval": 2,
+        "per_device_eval_batch_size": 20}
+    assert trl_grpo.eval_batch_size(100, 2, 64) == 50 and trl_grpo.eval_batch_size(7, 4, 2) == 4
+
+
+def test_trl_rows_are_the_ones_vfrl_trains_and_evaluates_on():
+    import vfrl
+
+    train, evals = sbs.trl_rows(config_of("configs/rl/smollm2.toml"))
+    env = vfrl.load_environment("arithmetic", style="bare", operations=["+"], max_number=20)
+    assert train == [{"prompt": r["prompt"], "answer": r["answer"]} for r in env.dataset]
+    assert evals == [{"prompt": r["prompt"], "answer": r["answer"]} for r in env.eval_dataset[:100]]
+    assert len(evals) == 100
+    # the reverse-text workloads: every dataset row, no eval (as before the smollm2 workload)
+    train, evals = sbs.trl_rows(config_of("configs/rl/quickstart.toml"))
+    reverse_text = vfrl.load_environment("reverse-text")
+    assert train == [{"prompt": r["prompt"], "answer": r["answer"]} for r in reverse_text.dataset]
+    assert evals == []
+
+
+def test_trl_settings_of_the_quickstart_are_unchanged():
+    """The command the quick start gave TRL before the smollm2 workload, and the one now, mean the same run."""
+    case, config = sbs.workload_cases(["quickstart"], None)[0], config_of("configs/rl/quickstart.toml")
+    before = ["benchmarks/trl_grpo.py", "--model", "models/tiny-reverse", "--data", "outputs/rows.json",
+              "--out", "outputs/trl.jsonl", "--steps", "160", "--rollouts", "128", "--num-generations", "8",
+              "--micro-batch", "64", "--max-tokens", "16", "--lr", "0.003", "--temperature", "1.0", "--threads", "2",
+              "--vllm", "none"]
+    now = sbs.trl_args(case, config, ROOT / "models/tiny-reverse", ROOT / "outputs/rows.json",
+                       ROOT / "outputs/trl.jsonl", "none")
+    assert now[: len(before)] == before
+    trl_grpo = load("trl_grpo")
+    assert vars(trl_grpo.parse_args(now[1:])) == vars(trl_grpo.parse_args(before[1:]))
+    settings = trl_grpo.grpo_settings(trl_grpo.parse_args(now[1:]))
+    assert settings["lr_scheduler_type"] == "cosine" and settings["warmup_steps"] == 5
+    assert "eval_strategy" not in settings
+
+
+def test_an_environment_without_a_trl_reward_stops_with_one_line():
+    config = config_of("configs/rl/smollm2.toml")
+    config["env"]["args"]["style"] = "word"
+    with pytest.raises(SystemExit, match="no reward for env 'arithmetic'"):
+        sbs.trl_reward(config)
+
+
+def test_vfrl_eval_lines_end_with_the_next_step_or_the_run():
+    # eval of policy 0, step 1, step 2, eval of policy 2 (logged before step 3's push), step 3, eval of policy 3
+    metrics = vfrl_metrics([0.5, 0.6, 0.7], step_s=2.0, start=1000.0)  # holds the eval of policy 0 first
+    metrics.insert(3, {"step": 2, "eval/reward_mean": 0.5, "eval/num_rollouts": 200.0})
+    metrics.append({"step": 3, "eval/reward_mean": 0.7})
+    metrics.append({"step": 3, "eval/num_rollouts": 0.0})  # every rollout dropped: no reward
+    evals = sbs.vfrl_evals(metrics, launch=970.0, end_s=60.0)
+    assert evals == [{"step": 0, "reward": 0.4, "end_s": pytest.approx(32.0)},
+                     {"step": 2, "reward": 0.5, "end_s": pytest.approx(36.0)},
+                     {"step": 3, "reward": 0.7, "end_s": 60.0}]
+    assert [r["step"] for r in sbs.vfrl_steps(metrics, launch=970.0)] == [1, 2, 3]
+
+
+def test_trl_eval_lines_are_kept_apart_from_its_steps():
+    lines = trl_lines([0.5, 0.6], step_s=2.0, start=1000.0)
+    lines.insert(0, {"eval": True, "step": 0, "t": 1001.0, "eval_reward": 0.2})
+    lines.append({"eval": True, "step": 2, "t": 1005.0, "eval_reward": 0.4})
+    assert [r["step"] for r in sbs.trl_steps(lines, launch=990.0)] == [1, 2]
+    assert sbs.trl_evals(lines, launch=990.0) == [{"step": 0, "end_s": 11.0, "reward": 0.2},
+                                                  {"step": 2, "end_s": 15.0, "reward": 0.4}]
+
+
+def test_time_to_eval_gain_is_the_end_of_the_first_eval_that_far_above_step_0():
+    evals = [{"step": 0, "end_s": 30.0, "reward": 0.25}, {"step": 25, "end_s": 90.0, "reward": 0.375},
+             {"step": 50, "end_s": 150.0, "reward": 0.5}, {"step": 60, "end_s": 170.0, "reward": 0.375}]
+    rows = sbs.trl_steps(trl_lines([0.5] * 6), launch=990.0)
+    s = sbs.summarize(rows, evals=evals)
+    assert (s["eval_first"], s["eval_last"], s["eval_gain"]) == (0.25, 0.375, 0.125)
+    assert (s["time_to_eval_gain_s"], s["steps_to_eval_gain"]) == (150.0, 50)  # 0.375 is +0.125: short of +0.15
+    assert sbs.summarize(rows, gain=0.125, evals=evals)["time_to_eval_gain_s"] == 90.0
+    assert sbs.summarize(rows, gain=0.5, evals=evals)["time_to_eval_gain_s"] is None
+    assert "eval_first" not in sbs.summarize(rows)  # no evals, no eval figures
+    trl = sbs.summarize(rows, evals=evals)
+    ours = sbs.summarize(rows, evals=[e | {"end_s": e["end_s"] / 2} for e in evals])
+    assert sbs.ratios(trl, ours)["time_to_eval_gain"] == 2.0
+
+
+def test_the_eval_table_shows_only_for_cases_with_evals():
+    assert "eval reward, step 0 -> last" not in sbs.render_section(fake_result())
+    result = fake_result()
+    evals = [{"step": 0, "end_s": 20.0, "reward": 0.2}, {"step": 20, "end_s": 40.0, "reward": 0.5}]
+    for r in result["cases"]["quickstart"]["rounds"]:
+        for system in ("trl", "vfrl"):
+            r[system]["summary"] = sbs.summarize(r[system]["steps"], evals=evals)
+        r["ratios"] = sbs.ratios(r["trl"]["summary"], r["vfrl"]["summary"])
+    result["cases"]["quickstart"]["summary"] = s = sbs.case_summary(result["cases"]["quickstart"]["rounds"])
+    assert s["ratio_time_to_eval_gain"] == 1.0
+    text = sbs.render_section(result)
+    assert "| workload | system | eval reward, step 0 -> last | gain | launch to eval +0.15 |" in text
+    assert "| quickstart | vf-rl | 0.200 -> 0.500 | +0.300 | 40 s (step 20) |" in text
