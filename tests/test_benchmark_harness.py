@@ -232,12 +232,12 @@ def test_trl_args_from_the_smollm2_config():
         "--out", "outputs/trl.jsonl", "--steps", "60", "--rollouts", "64", "--num-generations", "8",
         "--micro-batch", "32", "--max-tokens", "24", "--lr", "0.0003", "--temperature", "0.7", "--threads", "2",
         "--vllm", "none", "--reward", "last_number", "--lora-rank", "16", "--lora-alpha", "32",
-        "--scheduler", "constant", "--warmup-steps", "5",
+        "--scheduler", "constant", "--warmup-steps", "0",
         "--eval-data", "outputs/eval-rows.json", "--eval-steps", "25", "--eval-generations", "2"]
 
     trl_grpo = load("trl_grpo")
     settings = trl_grpo.grpo_settings(trl_grpo.parse_args(args[1:]), eval_prompts=100)
-    assert settings["lr_scheduler_type"] == "constant" and settings["warmup_steps"] == 5  # vf-rl's get_scheduler call
+    assert settings["lr_scheduler_type"] == "constant" and settings["warmup_steps"] == 0  # vf-rl's get_scheduler call
     assert settings["per_device_train_batch_size"] == 32 and settings["gradient_accumulation_steps"] == 2
     # 100 prompts x 2: batches of whole groups, at most a micro-batch, all of one size (a mean of equal batches'
     # means is the mean over all 200 rollouts, as vf-rl's eval/reward_mean)

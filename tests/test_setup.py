@@ -65,7 +65,7 @@ def installed_wheel(tmp_path_factory):
     for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
         shutil.copy(ROOT / name, src / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "_bundled")
-    for name in ("configs", "environments", "src"):
+    for name in ("configs", "environments", "src", "models/tiny-reverse"):
         shutil.copytree(ROOT / name, src / name, ignore=ignore)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                     "-w", str(tmp / "dist"), str(src)], check=True, capture_output=True)

@@ -1,10 +1,13 @@
-"""Make the embedded default model: a tiny Qwen2 chat model, warm-started on reverse-text.
+"""Make a tiny Qwen2 chat model, warm-started on reverse-text: how the embedded models/tiny-reverse was made.
 
-    python -m vfrl.make_tiny_model --out models/tiny-reverse
+    python -m vfrl.make_tiny_model --out DIR
 
-Deterministic for a given seed. A short supervised pass on the reverse-text environment's train
-split gives the random model the format (reply, then <|im_end|>) and partial skill, so that the
-quick start's RL run has something to improve. Needs the reverse-text environment installed
+The repository ships models/tiny-reverse itself (its sha256 in tiny_model.TINY_REVERSE_SHA256): the warm-up's
+float sums depend on the thread count and the CPU, so this script writes other bytes on other machines. It is
+here to make variants (seed, steps) and to say how the shipped one was made (its vfrl_tiny.json).
+
+A short supervised pass on the reverse-text environment's train split gives the random model the format
+(reply, then <|im_end|>) and partial skill, so that the quick start's RL run has something to improve. Needs the reverse-text environment installed
 (`vf-install reverse-text` in a folder made by vf-setup).
 """
 

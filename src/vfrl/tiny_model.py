@@ -11,6 +11,9 @@ from __future__ import annotations
 import string
 from pathlib import Path
 
+# first 16 hex digits of the sha256 of the shipped models/tiny-reverse/model.safetensors (make_tiny_model.py,
+# seed 0, 300 warm-up steps, made with 2 threads on an x86_64 CPU; other machines make other bytes)
+TINY_REVERSE_SHA256 = "a88de328344abad9"
 BOS, EOS, PAD = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 SPECIAL_TOKENS = [PAD, BOS, EOS]
 # Printable ASCII plus newline, spelled the byte-level way (space = "Ġ", newline = "Ċ") as in Qwen2's
