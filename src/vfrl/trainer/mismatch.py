@@ -8,14 +8,15 @@ from statistics import median
 
 
 class MismatchWatch:
-    """Flags a mismatch_kl (trainer vs sampler logprobs) that is too high or jumps.
+    """Flags a trainer-vs-sampler KL that is too high or jumps. The trainer gives it sampler_mismatch_kl (the same
+    policy on both sides, sampler_check.py) where it measured it, else mismatch_kl.
 
     Too high: above `warn_at`. A jump: above `jump` x the running median of the last `window` steps
     (the median ignores the jumps themselves; values below `warn_at / 100` are never called a jump,
     so fp32 noise around 1e-9 cannot raise alarms). The jump rule starts after `min_history` steps:
     mismatch_kl also holds one step of policy change (one-step off-policy), which grows from ~1e-9
-    through the first learning-rate warm-up steps; the quick start's climb to 0.02 at step 6 is not
-    an incident. A broken weight sync or a chat-template bug shows up here first.
+    through the first learning-rate warm-up steps. A broken weight sync or a chat-template bug shows up here
+    first.
     """
 
     def __init__(self, warn_at: float, jump: float, window: int = 20, min_history: int = 10):

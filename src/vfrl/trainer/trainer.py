@@ -44,6 +44,7 @@ from vfrl.trainer.inference_watch import (
     InferenceLost, inference_problem, process_gone, watch_inference,
 )
 from vfrl.trainer.mismatch import MismatchWatch
+from vfrl.trainer.sampler_check import SamplerCheck
 from vfrl.trainer.orchestrator import Batch, Orchestrator
 from vfrl.trainer.sent_requests import SentRequests
 from vfrl.trainer.shared_prefix import Packed, layout, packs
@@ -131,6 +132,7 @@ class RLTrainer:
         self.metrics_path = paths.metrics
         self.console = TrainerConsole()
         self.mismatch = MismatchWatch(self.args.mismatch_kl_warn, self.args.mismatch_kl_jump)
+        self.sampler_check = SamplerCheck(self.accelerator.unwrap_model(self.model))
         self.checkpoints_dir = paths.checkpoints
         self.start_step, self.pending_batch = 0, None
         if self.args.resume_from:
@@ -260,7 +262,17 @@ class RLTrainer:
             # would wait for the previous micro-batch's backward, and the GPU would idle while the layout is built
             packed = layout(self.model, parts[k].input_ids, parts[k].attention_mask)
             micro.append((parts[k].to(device), None if packed is None else packed.to(device)))
-        sums = dict.fromkeys(["loss", "grad_norm", "low", "high", "entropy", "mismatch_kl", "kl", "sampled"], 0.0)
+        sums = dict.fromkeys(["loss", "grad_norm", "low", "high", "entropy", "mismatch_kl", "kl", "sampled",
+                              "sampler_kl", "sampler_tokens"], 0.0)
+        if micro:  # vLLM against the trainer on the policy that sampled the batch (sampler_check.py)
+            mb = micro[0][0]
+            with self.accelerator.autocast():
+                checked = self.sampler_check.measure(mb.input_ids, mb.attention_mask, mb.sampled_mask & (mb.loss_mask > 0),
+                                                     mb.sampling_logprobs, batch.policy_version, self.steps_done,
+                                                     a.temperature)
+            if checked is not None:
+                sums["sampler_kl"], sums["sampler_tokens"] = checked
+        self.sampler_check.keep(self.steps_done)
         self.model.train()
         for it in range(a.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
@@ -331,6 +343,7 @@ class RLTrainer:
             "clip_fraction_high": sums["high"] / (n_tok * n_it),
             "masked_fraction": (sums["low"] + sums["high"]) / (n_tok * n_it),  # loss tokens a ratio bound took out
             **({"kl": sums["kl"] / n_tok} if a.beta > 0 else {}),
+            **({"sampler_mismatch_kl": sums["sampler_kl"] / sums["sampler_tokens"]} if sums["sampler_tokens"] else {}),
         }
 
     # ---- the loop ----
@@ -532,7 +545,8 @@ class RLTrainer:
     # ---- monitoring: metrics.jsonl, rollouts/step_N.jsonl, console, wandb, mismatch watch ----
     def log(self, step: int, record: dict, batch: Batch) -> None:
         a = self.args
-        alert = self.mismatch.check(record.get("mismatch_kl", 0.0))
+        # the same-policy figure where the trainer measured it: mismatch_kl also holds one step of policy change
+        alert = self.mismatch.check(record.get("sampler_mismatch_kl", record.get("mismatch_kl", 0.0)))
         record["mismatch_kl_alert"] = int(alert is not None)
         append_jsonl(self.metrics_path, record)
         write_rollouts(RunDir(self.run_dir).step_rollouts(step), batch.rollouts)
