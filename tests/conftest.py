@@ -147,9 +147,9 @@ def assert_reply_turn_reply(r) -> tuple[int, int]:
     return b, c
 
 
-def max_logprob_gap(model, rollouts) -> float:
+def max_logprob_gap(model, rollouts, temperature: float = 1.0) -> float:
     """Largest |trainer - vLLM| logprob over every sampled token of `rollouts` (mask 1: the environment's tokens
-    between turns were not sampled)."""
+    between turns were not sampled), both at the sampling `temperature`."""
     import torch
 
     from vfrl.trainer.logprobs import sequence_logprobs
@@ -159,7 +159,7 @@ def max_logprob_gap(model, rollouts) -> float:
     for r in (s for rollout in rollouts for s in [rollout, *getattr(rollout, "more_branches", [])]):
         ids = torch.tensor([r.prompt_ids + r.completion_ids])
         with torch.no_grad():
-            lp = sequence_logprobs(model, ids, torch.ones_like(ids))[0, len(r.prompt_ids) - 1 :]
+            lp = sequence_logprobs(model, ids, torch.ones_like(ids), temperature)[0, len(r.prompt_ids) - 1 :]
         sampled = torch.tensor(r.completion_mask, dtype=torch.bool)
         worst = max(worst, (lp - torch.tensor(r.completion_logprobs))[sampled].abs().max().item())
     return worst
