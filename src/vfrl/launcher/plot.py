@@ -43,12 +43,18 @@ def draw_loss(ax, rows):
 
 
 def draw_mismatch_kl(ax, rows):
+    """mismatch_kl (one step of policy change included) and, where measured, sampler_mismatch_kl (the same policy
+    on both sides), which the warnings watch."""
     steps, values = series(rows, "mismatch_kl")
     ax.plot(steps, values, lw=1, label="mismatch_kl")
-    if values and min(values) > 0:
+    same_steps, same = series(rows, "sampler_mismatch_kl")
+    if same:
+        ax.plot(same_steps, same, lw=1, label="sampler_mismatch_kl (same policy)")
+    if values and min(values + same) > 0:
         ax.set_yscale("log")
-    flagged = [(r["step"], r["mismatch_kl"]) for r in rows
-               if r.get("mismatch_kl_alert") and isinstance(r.get("mismatch_kl"), (int, float))]
+    watched = "sampler_mismatch_kl" if same else "mismatch_kl"
+    flagged = [(r["step"], r[watched]) for r in rows
+               if r.get("mismatch_kl_alert") and isinstance(r.get(watched), (int, float))]
     if flagged:
         ax.scatter(*zip(*flagged), color="red", zorder=3, label="warning")
     ax.set_title("mismatch KL (trainer vs vLLM)")

@@ -1,0 +1,73 @@
+"""What a finished run hands its user, said at its end: steps, time, reward and eval first -> last,
+where the trained policy is, and the commands that plot or evaluate it.
+
+    vf-train: done: 150 steps in 31m12s (launch to end)
+      reward (mean of the first and last 5 steps)  0.234 -> 0.672  (+0.438)
+      eval reward (step 0 -> step 150)             0.240 -> 0.655  (+0.415)
+      policy: outputs/smollm2/adapters/policy-150 (a peft LoRA adapter of ./models/smollm2-135m-instruct)
+      curves: vf-rl plot outputs/smollm2
+      serve it: ...
+
+Reads only the run directory (metrics.jsonl, adapters/, weights/, checkpoints/): the same lines can be made
+for any run, finished or not.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from vfrl.run_dir import RunDir, read_jsonl
+
+
+def newest(directory: Path, prefix: str) -> Path | None:
+    """`directory/<prefix>N` with the largest N, or None."""
+    found = [(int(m.group(1)), p) for p in directory.glob(f"{prefix}*") if (m := re.fullmatch(
+        re.escape(prefix) + r"(\d+)", p.name))] if directory.is_dir() else []
+    return max(found)[1] if found else None
+
+
+def first_last(values: list[float], k: int) -> tuple[float, float] | None:
+    if not values:
+        return None
+    k = max(1, min(k, len(values) // 2 or 1))
+    return sum(values[:k]) / k, sum(values[-k:]) / k
+
+
+def duration(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+def summary(run_dir: Path, model: str, env_id: str, seconds: float | None = None, window: int = 5) -> list[str]:
+    """The lines that end a run (see the module docstring)."""
+    rd = RunDir(run_dir)
+    rows = read_jsonl(rd.metrics)
+    steps = [r for r in rows if "reward_mean" in r]
+    evals = [r for r in rows if "eval/reward_mean" in r]
+    took = f" in {duration(seconds)}" if seconds is not None else ""
+    lines = [f"vf-train: done: {steps[-1]['step'] if steps else 0} steps{took}"]
+    if (fl := first_last([r["reward_mean"] for r in steps], window)) is not None:
+        k = max(1, min(window, len(steps) // 2 or 1))
+        lines.append(f"  reward (mean of the first and last {k} steps)  {fl[0]:.3f} -> {fl[1]:.3f}  "
+                     f"({fl[1] - fl[0]:+.3f})")
+    if len(evals) >= 2:
+        a, b = evals[0], evals[-1]
+        lines.append(f"  eval reward (step {a['step']} -> step {b['step']})  {a['eval/reward_mean']:.3f} -> "
+                     f"{b['eval/reward_mean']:.3f}  ({b['eval/reward_mean'] - a['eval/reward_mean']:+.3f})")
+    elif evals:
+        lines.append(f"  eval reward (step {evals[0]['step']})  {evals[0]['eval/reward_mean']:.3f}")
+    adapter, weights = newest(rd.adapters, "policy-"), newest(rd.weights, "step-")
+    checkpoint = newest(rd.checkpoints, "step-")
+    if adapter is not None:
+        lines.append(f"  policy: {adapter} (a peft LoRA adapter of {model})")
+        lines.append(f"  evaluate it: vllm serve {model} --enable-lora --lora-modules policy={adapter}, then "
+                     f"vf-eval {env_id} -m policy")
+    elif weights is not None:
+        lines.append(f"  policy: {weights} (full weights, a Hugging Face folder)")
+        lines.append(f"  evaluate it: vllm serve {weights}, then vf-eval {env_id}")
+    if checkpoint is not None:
+        lines.append(f"  checkpoint: {checkpoint}")
+    lines.append(f"  curves: vf-rl plot {run_dir}")
+    return lines
