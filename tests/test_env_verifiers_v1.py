@@ -617,3 +617,35 @@ def test_vf_rl_trains_a_v1_tool_package_two_steps(tmp_path, tool_server):
             assert r["reward"] == float(reply.get("content", "").strip() == "5")
     assert called >= 2  # the model calls the tool in most rollouts (4)
     assert_served_is_trained(steps)
+
+
+# --- a taskset without end ---
+
+@needs_v1
+def test_a_taskset_without_end_is_read_only_as_far_as_the_run_can_use(tiny_model, tmp_path, capsys):
+    """It used to be read whole (list(taskset)): vf-train grew to 22 GB before the OOM killer ended it."""
+    import v1_endless
+
+    from vfrl.config import RLConfig
+    from vfrl.trainer.orchestrator import Orchestrator
+    from vfrl.trainer.trainer import RLTrainer
+
+    cfg = RLConfig.model_validate({"model": str(tiny_model), "env": {"id": "v1_endless"}, "trainer": {"gpus": 0, "args": {
+        "output_dir": str(tmp_path), "max_steps": 3, "batch_size": 8, "rollouts_per_example": 4, "micro_batch_size": 8,
+        "max_tokens": 8, "max_seq_len": 64, "eval_strategy": "steps", "num_eval_examples": 5}}})
+    built = v1_endless.BUILT[0]
+    trainer = RLTrainer(cfg, tmp_path / "run", "http://127.0.0.1:9/v1", "k")
+    assert v1_endless.BUILT[0] == built  # nothing read while loading
+    orch = Orchestrator(trainer.env, None, trainer.args)
+    assert len(trainer.env.dataset) == 3 * 2 + 5 and v1_endless.BUILT[0] - built == 11
+    assert {i for step in range(3) for i in orch.example_ids(step)} <= set(range(6))  # the last 5 are eval's
+    assert "the taskset yields tasks without end; reading the first 11" in capsys.readouterr().err
+
+
+@needs_v1
+def test_a_taskset_without_end_evaluates_the_examples_asked_for():
+    from vfrl.envs.cli.eval import EvalJob, load_eval_environment
+
+    job = EvalJob("v1_endless", {}, {"num_examples": 7}, {}, "k", None, None, True)
+    env = load_eval_environment(job)
+    assert job.n == 7 and len(env.dataset) == 7 and env.tasks[6].data.answer == "gg"

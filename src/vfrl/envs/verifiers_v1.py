@@ -24,6 +24,11 @@ The trainer's Orchestrator sees the same interface as for a vfrl environment (`d
   first sampled token, `completion_mask` is verifiers' `sampled_mask` after it (0 on tool/environment
   tokens between turns), the logprobs are the sampling logprobs vLLM returned.
 
+A taskset that yields tasks without end (verifiers' `Taskset.INFINITE`, a generator in `load()`) is read only as
+far as the run can use: the trainer limits it to `max_steps x examples per step + num_eval_examples` rows
+(`limit_tasks`), vf-eval to the examples it asks for, anything else to its first UNBOUNDED_TASKS; the tasks are
+read when the dataset is first needed, and the read says what it is doing on stderr.
+
 A failed episode, or one with no sampled token, is dropped and counted like any faulty rollout
 (`rollouts_dropped`, the reason on the step's warning line); when a whole batch is dropped the run stops
 with that line. One that failed in the taskset's scoring (a `@vf.reward` or `@vf.metric` raised: verifiers
@@ -34,6 +39,7 @@ then records no reward at all) is counted apart, `rollouts_scoring_failed`, and 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import re
 import sys
@@ -49,6 +55,7 @@ API_KEY_VAR = "VFRL_V1_API_KEY"  # verifiers' client reads the key from an envir
 # sampling keys vLLM's SamplingParams takes, as the Orchestrator names them
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "presence_penalty", "frequency_penalty",
                  "repetition_penalty", "seed")
+UNBOUNDED_TASKS = 1000  # rows read from a taskset without end when nothing says how many a run can use
 
 
 class V1EnvironmentError(RuntimeError):
@@ -257,14 +264,30 @@ class V1Environment(Environment):
         ensure_uv(env_id)
         self.vf = vf
         self.v1_env = vf.load_environment(vf.resolve_env_config(env_config(vf, env_id, env_args or {}, harness)))
-        self.tasks = list(self.v1_env.taskset)
-        super().__init__(dataset=[task_row(t, i) for i, t in enumerate(self.tasks)], env_id=env_id)
+        self.tasks: list = []  # the verifiers Task of each dataset row, read with the dataset (read_tasks)
+        self.max_tasks = None if self.v1_env.taskset.bounded else UNBOUNDED_TASKS
+        super().__init__(dataset=self.read_tasks, env_id=env_id)
         self.renderer_model_name: str | None = None  # the base model (its tokenizer); found on /v1/models
         self.renderer = None  # renderers' config (env.renderer); None: verifiers picks it from the model's name
         self._serving: tuple[asyncio.Task, asyncio.Event] | None = None
         self._loop = None
         self._lock: asyncio.Lock | None = None
         self._lock_loop = None
+
+    def limit_tasks(self, n: int) -> None:
+        """Rows this run can use at most: a taskset without end is read only that far (before its dataset is read)."""
+        if self.max_tasks is not None:
+            self.max_tasks = max(n, 1)
+
+    def read_tasks(self) -> list[dict[str, Any]]:
+        """The dataset's rows: every task of a finite taskset, the first `max_tasks` of one without end."""
+        tasks = iter(self.v1_env.taskset)
+        if self.max_tasks is not None:
+            print(f"{self.env_id}: the taskset yields tasks without end; reading the first {self.max_tasks}",
+                  file=sys.stderr, flush=True)
+            tasks = itertools.islice(tasks, self.max_tasks)
+        self.tasks = list(tasks)
+        return [task_row(t, i) for i, t in enumerate(self.tasks)]
 
     def use_renderer(self, spec: str | dict[str, Any]) -> None:
         """Render prompts with this `renderers` renderer (a local fine-tune's path matches none by name)."""

@@ -124,6 +124,9 @@ class RLTrainer:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         # ---- what it trains on, and where it pushes each version (weight_sync.py) ----
         self.env = env if env is not None else load_configured_environment(config.env.id, config.env.args, config.env.renderer)
+        if hasattr(self.env, "limit_tasks"):  # a verifiers taskset without end: read only the rows this run can use
+            a = self.args
+            self.env.limit_tasks(a.max_steps * (a.batch_size // a.rollouts_per_example) + a.num_eval_examples)
         paths = RunDir(run_dir)
         if self.ranks.is_main:
             paths.rollouts.mkdir(parents=True, exist_ok=True)

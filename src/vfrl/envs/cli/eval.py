@@ -251,6 +251,8 @@ def load_eval_environment(job: EvalJob):
         env = load_configured_environment(job.env_id, job.env_args, job.renderer)
     except EnvironmentLoadError as e:  # one line: the package and the error (args refused, a raise, not an env)
         fail(PROG, str(e))
+    if job.opts["num_examples"] > 0 and hasattr(env, "limit_tasks"):  # a verifiers taskset without end
+        env.limit_tasks(job.opts["num_examples"])
     data = env.eval_dataset if env.eval_dataset is not None else env.dataset
     job.split = "eval" if env.eval_dataset is not None else "train"
     job.n = len(data) if job.opts["num_examples"] < 0 else min(job.opts["num_examples"], len(data))
