@@ -48,8 +48,7 @@ def log_since(log: Path, offset: int) -> str:
 def train_package_two_steps(tmp_path: Path, model: Path, env: dict, pythonpath: Path, examples_per_step: int = 2,
                             traces_per_episode: int = 1, server: "SharedServer | None" = None, **trainer_args):
     """`vf-rl @ config` (real tmux, real vf-vllm) on the environment package `env` ([env] table) found on
-    `pythonpath`: 2 steps of `examples_per_step` x 2 episodes (a verifiers 0.4 rollout runs a harness
-    subprocess of its own, seconds each on 2 cores), each `traces_per_episode` rollouts; `trainer_args`
+    `pythonpath`: 2 steps of `examples_per_step` x 2 episodes, each `traces_per_episode` rollouts; `trainer_args`
     override the config's. With `server` (the session's shared vf-vllm), vf-rl trains against it
     (inference.base_url) instead of starting a vLLM of its own. Returns (the finished vf-rl, its run dir, the steps'
     metrics lines), after checking what every such run must show: exit 0, no traceback in trainer.log, the

@@ -4,12 +4,14 @@
 It answers the way vLLM 0.32 does in its default `output_mode="tokens"` (`choices[0].token_ids`,
 one `{"token_id", "logprob"}` per sampled token, `finish_reason`) as vf-vllm passes it on: with the
 `token: "token_id:<id>"` placeholder verifiers' client requires (inference/generate_compat.py). The reply is
-the user's last message reversed (decoded and encoded with the served model's tokenizer) followed
-by the first stop token (`refuse=True`: HTTP 400 instead), each sampled token's logprob `-1 - position / 1000` so a test can tell
-where every logprob landed. Every request body and Authorization header is kept in `requests`.
+the user's last message reversed, or what `reply` says for the decoded prompt (encoded with the served model's
+tokenizer), followed by the first stop token (`refuse=True`: HTTP 400 instead), each sampled token's logprob
+`-1 - position / 1000` so a test can tell where every logprob landed. Every request body and Authorization header is kept in `requests`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -17,11 +19,13 @@ from vfrl.inference.generate_compat import with_placeholders
 
 
 class FakeGenerate:
-    def __init__(self, model_dir: str, adapter: str = "policy-0", refuse: bool = False):
+    def __init__(self, model_dir: str, adapter: str = "policy-0", refuse: bool = False,
+                 reply: Callable[[str], str] | None = None):
         from transformers import AutoTokenizer
 
         self.tok = AutoTokenizer.from_pretrained(model_dir)
         self.model_dir, self.adapter, self.refuse = model_dir, adapter, refuse
+        self.reply = reply or (lambda text: text.split("user\n")[-1].split("<|im_end|>")[0][::-1])
         self.requests: list[dict] = []
         self.runner: web.AppRunner | None = None
         self.base_url = ""
@@ -32,10 +36,9 @@ class FakeGenerate:
         if self.refuse:  # as vLLM refuses a request it cannot serve
             return web.json_response({"error": {"message": "refused by the fake server"}}, status=400)
         prompt = body["token_ids"]
-        text = self.tok.decode(prompt)
-        word = text.split("user\n")[-1].split("<|im_end|>")[0]
         stop = body["sampling_params"].get("stop_token_ids") or [self.tok.eos_token_id]
-        ids = self.tok.encode(word[::-1], add_special_tokens=False)[: body["sampling_params"].get("max_tokens", 64)]
+        reply = self.reply(self.tok.decode(prompt))
+        ids = self.tok.encode(reply, add_special_tokens=False)[: body["sampling_params"].get("max_tokens", 64)]
         finish = "length" if len(ids) == body["sampling_params"].get("max_tokens") else "stop"
         if finish == "stop":
             ids = ids + stop[:1]

@@ -3,7 +3,8 @@
 tests/v1_pkgs/v1_reverse is a small 0.4 package written only against verifiers' public API. The
 light tests run it in-process against a fake of vLLM's `/inference/v1/generate` (tests/fake_generate.py);
 the e2e test samples it through the real vLLM CPU server. Each needs verifiers 0.4 (vfrl's
-`verifiers` extra) and uv (verifiers runs its agents as uv scripts), and is skipped, saying so, without.
+`verifiers` extra), and those that run verifiers' own `null` harness uv too (it runs as a uv script); they are
+skipped, saying so, without.
 """
 
 import asyncio
@@ -33,19 +34,20 @@ except ImportError:
     HAVE_V1 = False
 
 needs_v1 = pytest.mark.skipif(not HAVE_V1, reason="verifiers 0.4 is not installed (pip install -e '.[verifiers]')")
-needs_uv = pytest.mark.skipif(find_uv() is None, reason="uv is not installed (verifiers runs its agents as uv scripts)")
+needs_uv = pytest.mark.skipif(find_uv() is None, reason="uv is not installed (verifiers runs its harnesses as uv scripts)")
 
 
 # --- what becomes of an episode (no verifiers needed: episodes are duck-typed) ---
 
-def fake_generated_batch(env, tiny_model, adapter: str, version: int, api_key: str = "k", examples: int = 2):
-    """One batch of `env` (max_tokens 16) sampled through FakeGenerate serving `adapter` as policy `version`;
+def fake_generated_batch(env, tiny_model, adapter: str, version: int, api_key: str = "k", examples: int = 2,
+                         max_tokens: int = 16, reply=None):
+    """One batch of `env` sampled through FakeGenerate serving `adapter` as policy `version` (replying `reply`);
     returns the batch and the requests the fake server got."""
     from fake_generate import FakeGenerate
 
     async def run():
-        async with FakeGenerate(str(tiny_model), adapter=adapter) as fake:
-            return await sample_batch(env, fake.base_url, api_key, adapter, version, 16, examples), fake.requests
+        async with FakeGenerate(str(tiny_model), adapter=adapter, reply=reply) as fake:
+            return await sample_batch(env, fake.base_url, api_key, adapter, version, max_tokens, examples), fake.requests
 
     return asyncio.run(run())
 
@@ -258,13 +260,15 @@ def test_vf_vllm_serves_generate_in_the_shape_verifiers_reads():
     assert COMPAT_MIDDLEWARE not in config_argv(RLConfig.model_validate({"model": "m", "env": {"id": "reverse-text"}}))
 
 
-def test_missing_uv_is_one_line_before_anything_starts(monkeypatch):
+def test_a_verifiers_package_starts_without_uv(monkeypatch):
+    """Its seats play verifiers' chat loop in the trainer's process (vfrl_chat_harness); only a seat that pins one of
+    verifiers' own harnesses needs uv, which vf-train says in one line as it loads the package
+    (test_missing_uv_at_load_is_one_line_for_a_seat_that_runs_a_verifiers_harness)."""
     from vfrl.inference import scale_out
     from vfrl.launcher.plan import environment_problem
 
     monkeypatch.setattr(scale_out, "find_uv", lambda: None)
-    problem = environment_problem("v1-reverse")
-    assert problem and "uv" in problem and "\n" not in problem
+    assert environment_problem("v1-reverse") is None
     assert environment_problem("reverse-text") is None
 
 
@@ -306,7 +310,6 @@ def test_env_renderer_names_a_renderers_config_or_is_refused_in_one_line():
 
 
 @needs_v1
-@needs_uv
 def test_env_renderer_reaches_verifiers_train_client_and_vf_eval_says_a_wrong_one_in_one_line():
     from renderers.configs import DefaultRendererConfig
     from typer.testing import CliRunner
@@ -328,18 +331,39 @@ def test_env_renderer_reaches_verifiers_train_client_and_vf_eval_says_a_wrong_on
 
 # --- the package itself, in-process, against the fake generate route ---
 
+def write_two_seats(folder: Path) -> None:
+    """A package whose vf.Env has two seats: `player` pins no harness, `referee` pins verifiers' `bash`."""
+    (folder / "two_seats.py").write_text(
+        "import verifiers.v1 as vf\n"
+        "from v1_reverse import ReverseTaskset\n"
+        "class Seats(vf.EnvConfig):\n"
+        "    player: vf.AgentConfig = vf.AgentConfig()\n"
+        "    referee: vf.AgentConfig = vf.AgentConfig(harness={'id': 'bash'})\n"
+        "class TwoSeats(vf.Env[Seats]):\n"
+        "    async def run(self, task, agents):\n"
+        "        await agents.player.run(task)\n"
+        "__all__ = ['ReverseTaskset', 'TwoSeats']\n")
+
+
 @needs_v1
-def test_missing_uv_at_load_is_one_line(monkeypatch):
+def test_missing_uv_at_load_is_one_line_for_a_seat_that_runs_a_verifiers_harness(tmp_path, monkeypatch):
     from vfrl.envs import verifiers_v1
     from vfrl.envs.loader import EnvironmentLoadError, load_environment
+    from vfrl.envs.verifiers_v1 import CHAT_HARNESS, V1Environment, V1EnvironmentError
 
     monkeypatch.setattr(verifiers_v1, "find_uv", lambda: None)
-    with pytest.raises(EnvironmentLoadError, match=r"uv is not installed"):
-        load_environment("v1-reverse")
+    assert load_environment("v1-reverse").v1_env.config.agent.harness.id == CHAT_HARNESS  # in-process: no uv
+    with pytest.raises(V1EnvironmentError, match=r"uv is not installed") as e:
+        V1Environment("v1-reverse", harness="null")
+    assert "\n" not in str(e.value)
+    write_two_seats(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(EnvironmentLoadError, match=r"a seat that runs one of verifiers' harnesses as a uv script, "
+                                                   r"and uv is not installed"):
+        load_environment("two-seats")
 
 
 @needs_v1
-@needs_uv
 def test_orchestrator_samples_a_v1_package_through_the_generate_route(tiny_model):
     """The trainer's own Orchestrator, unchanged, on a verifiers 0.4 package: every Rollout's ids are
     exactly what was sent to and returned by /inference/v1/generate, with its mask, logprobs and reward."""
@@ -375,7 +399,6 @@ def test_orchestrator_samples_a_v1_package_through_the_generate_route(tiny_model
 
 
 @needs_v1
-@needs_uv
 def test_a_multi_turn_package_plays_its_own_env_and_its_turns_get_no_loss(tiny_model):
     """tests/v1_pkgs/v1_two_tries exports a vf.Env that plays two conversations per episode, each sending a second
     word after the first reply: verifiers runs that Env (not its single-agent one), each conversation is a
@@ -415,48 +438,41 @@ def test_a_multi_turn_package_plays_its_own_env_and_its_turns_get_no_loss(tiny_m
 
 @needs_v1
 def test_every_role_of_a_package_env_runs_here_with_the_chat_harness_unless_it_pins_one(tmp_path, monkeypatch):
-    """A package's vf.Env may name its seats anything: each runs as a local subprocess (never verifiers'
-    default remote sandbox); a seat without a harness gets the chat harness, one that pins its own keeps it."""
+    """A package's vf.Env may name its seats anything: each runs here, in verifiers' subprocess runtime (never its
+    default remote sandbox); a seat without a harness gets the chat harness vfrl names (in-process by default,
+    verifiers' `null` on request), one that pins its own keeps it."""
     import verifiers.v1 as vf
 
-    from vfrl.envs.verifiers_v1 import env_config
+    from vfrl.envs.verifiers_v1 import CHAT_HARNESS, env_config
 
-    (tmp_path / "two_seats.py").write_text(
-        "import verifiers.v1 as vf\n"
-        "from v1_reverse import ReverseTaskset\n"
-        "class Seats(vf.EnvConfig):\n"
-        "    player: vf.AgentConfig = vf.AgentConfig()\n"
-        "    referee: vf.AgentConfig = vf.AgentConfig(harness={'id': 'bash'})\n"
-        "class TwoSeats(vf.Env[Seats]):\n"
-        "    async def run(self, task, agents):\n"
-        "        await agents.player.run(task)\n"
-        "__all__ = ['ReverseTaskset', 'TwoSeats']\n")
+    write_two_seats(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    raw = env_config(vf, "two-seats", {}, "null")
+    raw = env_config(vf, "two-seats", {}, CHAT_HARNESS)
     assert raw == {"taskset": {"id": "two-seats"},
-                   "player": {"runtime": {"type": "subprocess"}, "harness": {"id": "null"}},
+                   "player": {"runtime": {"type": "subprocess"}, "harness": {"id": CHAT_HARNESS}},
                    "referee": {"runtime": {"type": "subprocess"}}}
     config = vf.resolve_env_config(raw)
-    assert config.player.harness.id == "null" and config.referee.harness.id == "bash"
+    assert config.player.harness.id == CHAT_HARNESS and config.referee.harness.id == "bash"
     assert config.player.runtime.type == config.referee.runtime.type == "subprocess"
     assert env_config(vf, "v1-reverse", {}, "null") == {
         "taskset": {"id": "v1-reverse"}, "agent": {"runtime": {"type": "subprocess"}, "harness": {"id": "null"}}}
 
 
 @needs_v1
-@needs_uv
-def test_a_failing_episode_is_dropped_and_counted(tiny_model, monkeypatch):
+@pytest.mark.parametrize("harness", ["vfrl_chat_harness", pytest.param("null", marks=needs_uv)])
+def test_a_failing_episode_is_dropped_and_counted(tiny_model, harness):
     """A server that refuses every generate request: each episode fails, is dropped and counted, and a
-    batch with nothing left stops in one line."""
+    batch with nothing left stops in one line; the chat loop's failure, in this process or in its own, is the
+    harness's."""
     from openai import AsyncOpenAI
 
     from fake_generate import FakeGenerate
     from vfrl.config import TrainerArgs
-    from vfrl.envs.loader import load_environment
+    from vfrl.envs.verifiers_v1 import V1Environment
     from vfrl.trainer.orchestrator import Orchestrator
     from vfrl.trainer.step_faults import BatchLost
 
-    env = load_environment("v1-reverse")
+    env = V1Environment("v1-reverse", harness=harness)
 
     async def run():
         async with FakeGenerate(str(tiny_model), refuse=True) as fake:
@@ -467,13 +483,13 @@ def test_a_failing_episode_is_dropped_and_counted(tiny_model, monkeypatch):
             finally:
                 await env.aclose()
 
-    with pytest.raises(BatchLost, match=r"all 2 rollouts were dropped: 2 failed \(verifiers episode failed") as e:
+    with pytest.raises(BatchLost, match=r"all 2 rollouts were dropped: 2 failed \(verifiers episode failed, "
+                                        r"ProviderError: Error code: 400 - .*refused by the fake server") as e:
         asyncio.run(run())
     assert "\n" not in str(e.value)
 
 
 @needs_v1
-@needs_uv
 def test_a_taskset_reward_that_raises_is_a_counted_scoring_failure(tiny_model):
     """v1_flaky_score's reward raises on its odd tasks: verifiers fails those episodes (TaskError, before any
     reward is recorded), and vfrl drops them as scoring failures, counted apart (rollouts_scoring_failed) and
@@ -490,10 +506,131 @@ def test_a_taskset_reward_that_raises_is_a_counted_scoring_failure(tiny_model):
     assert "no reference for task" in batch.warning and "\n" not in batch.warning
 
 
-# --- the real vLLM CPU server ---
+# --- verifiers' chat loop in this process (src/vfrl_chat_harness) ---
+
+TOY_PROGRAM = """
+import argparse, asyncio, traceback
+from pathlib import Path
+from openai import DefaultAsyncHttpxClient
+
+CLIENTS = []
+
+def parse_args():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--word", required=True)
+    parser.add_argument("--initial-messages-file", default="")
+    return parser.parse_args()
+
+async def main():
+    args = parse_args()
+    CLIENTS.append(DefaultAsyncHttpxClient())  # left open, as verifiers' program leaves its client
+    await asyncio.sleep(0.01)  # the other runs go on meanwhile
+    if Path(args.initial_messages_file).read_text() != args.word:
+        raise SystemExit(3)
+    if args.word == "transport":
+        try:
+            raise ConnectionError("interception unreachable")
+        except ConnectionError as error:
+            traceback.print_exc()
+            raise SystemExit(97) from error
+    if args.word == "raise":
+        raise ValueError("bad reply")
+
+if __name__ == "__main__":
+    raise SystemExit("the entry point ran")
+"""
+
+
+@needs_v1
+def test_the_in_process_program_reads_its_own_arguments_and_exits_as_its_process_would(tmp_path):
+    """Runs at once, each with its argv (the messages file given relative to the program's directory, as
+    verifiers writes it), each ending as a process would: its exit code, its stderr, its HTTP clients closed."""
+    from vfrl_chat_harness import InProcess
+
+    async def run(word: str | None, i: int):
+        (tmp_path / str(i)).mkdir()
+        runtime = InProcess(tmp_path / str(i))
+        await runtime.write(f".messages-{i}.json", (word or "").encode())
+        program = await runtime.prepare_uv_script(TOY_PROGRAM)
+        argv = [*program, f"--initial-messages-file=.messages-{i}.json", *([f"--word={word}"] if word else [])]
+        return await runtime.run_program(argv, {})
+
+    async def all_at_once():
+        return await asyncio.gather(*(run(w, i) for i, w in enumerate(["ok", "transport", "raise", None, "fine"])))
+
+    ok, transport, raised, no_word, fine = asyncio.run(all_at_once())
+    assert (ok.exit_code, ok.stderr, fine.exit_code) == (0, "", 0)
+    assert transport.exit_code == 97 and "ConnectionError: interception unreachable" in transport.stderr
+    assert raised.exit_code == 1 and raised.stderr.rstrip().endswith("ValueError: bad reply")
+    assert no_word.exit_code == 2 and "the following arguments are required: --word" in no_word.stderr
+    from vfrl_chat_harness import chat_program
+
+    clients = chat_program(TOY_PROGRAM).CLIENTS
+    assert len(clients) == 4 and all(c.is_closed for c in clients)  # the run without --word made none
+
+
+def calc_reply(text: str) -> str:
+    """v1_calc's conversation as the tool model holds it: asked to add, it calls `add`; shown the result, says it."""
+    from tool_model import call_text
+
+    last = text.rsplit("<|im_start|>", 2)[-2]  # the message before the generation prompt
+    return last.split("\n", 1)[1].split("<|im_end|>")[0] if last.startswith("tool\n") else call_text(2, 3)
+
 
 @needs_v1
 @needs_uv
+@pytest.mark.parametrize("package, examples", [("v1-reverse", 2), ("v1-two-tries", 1), ("v1-flaky-score", 2),
+                                               ("v1-calc", 1)])
+def test_the_in_process_chat_harness_gives_what_verifiers_null_harness_gives(tiny_model, tmp_path, monkeypatch,
+                                                                           package, examples):
+    """The same batch through verifiers' `null` harness (its chat program, a uv-script process per rollout) and
+    through vfrl's in-process one (that program, run here, no process started): vLLM gets the same requests, and
+    the rollouts are the same (ids, mask, logprobs, reward, metrics, branches), as are the drops and their reasons.
+    v1-calc's call goes to its MCP tool server and the result back to the model (a tokenizer with tool tokens and
+    the qwen3 tool parser, as tests/tool_model.py's model)."""
+    from verifiers.v1.runtimes.subprocess import SubprocessRuntime
+
+    from vfrl.envs.verifiers_v1 import CHAT_HARNESS, V1Environment
+
+    model, reply, max_tokens = tiny_model, None, 16
+    if package == "v1-calc":
+        from tool_model import TOOL_TEMPLATE, TOOL_TOKENS
+
+        from vfrl.tiny_model import build_tokenizer
+
+        model, reply, max_tokens = tmp_path / "tool-tokenizer", calc_reply, 64
+        build_tokenizer(extra_special=TOOL_TOKENS, chat_template=TOOL_TEMPLATE).save_pretrained(model)
+        monkeypatch.setenv("PYTHONPATH", str(PKGS))  # verifiers starts the tool server as `python -m v1_calc.tools`
+
+    def batch(harness: str):
+        env = V1Environment(package, harness=harness)
+        if package == "v1-calc":
+            env.use_renderer({"name": "default", "tool_parser": "qwen3"})
+        return fake_generated_batch(env, model, "policy-0", 0, examples=examples, max_tokens=max_tokens, reply=reply)
+
+    def seen(b, requests):
+        rollouts = [(r.example_id, r.prompt_ids, r.completion_ids, r.completion_mask, r.completion_logprobs, r.reward,
+                     r.metrics, r.truncated, r.turn_spans, r.more_branches) for r in b.rollouts]
+        drops = {k: v for k, v in b.metrics.items() if k.startswith("rollouts_")}
+        return sorted(json.dumps(q["body"], sort_keys=True) for q in requests), rollouts, drops, b.warning
+
+    by_process = seen(*batch("null"))
+
+    async def no_process(self, argv, env):
+        raise AssertionError(f"the in-process harness started a program: {argv}")
+
+    monkeypatch.setattr(SubprocessRuntime, "run_program", no_process)
+    in_process = seen(*batch(CHAT_HARNESS))
+    assert in_process == by_process
+    requests, rollouts, drops, warning = in_process
+    assert rollouts and len(requests) >= len(rollouts)
+    if package == "v1-calc":
+        assert all(r[6] == {"said_the_sum": 1.0, "tool_calls": 1.0} for r in rollouts)  # the tool answered
+
+
+# --- the real vLLM CPU server ---
+
+@needs_v1
 @pytest.mark.e2e
 def test_v1_package_samples_through_the_real_vllm_server(shared_vllm_server, tiny_model, tmp_path, monkeypatch):
     """The trainer's Orchestrator samples a verifiers package through /inference/v1/generate of the session's
@@ -538,7 +675,6 @@ def test_v1_package_samples_through_the_real_vllm_server(shared_vllm_server, tin
 
 
 @needs_v1
-@needs_uv
 @pytest.mark.e2e
 def test_a_multi_turn_v1_package_sampled_after_a_sync_matches_the_trainer(shared_vllm_server, tiny_model, tmp_path):
     """v1_two_tries through the session's vf-vllm, sampled from an adapter just pushed as vf-train pushes it
@@ -563,7 +699,6 @@ def test_a_multi_turn_v1_package_sampled_after_a_sync_matches_the_trainer(shared
 
 
 @needs_v1
-@needs_uv
 @pytest.mark.e2e
 @pytest.mark.parametrize("package, metrics", [("v1-reverse", {"exact", "reply_len"}),
                                               ("v1-two-tries", {"reversed_each", "turns"})])
@@ -588,7 +723,6 @@ def test_vf_rl_trains_a_v1_package_two_steps(shared_vllm_server, tiny_model, tmp
 
 
 @needs_v1
-@needs_uv
 @pytest.mark.e2e
 def test_vf_rl_trains_a_v1_tool_package_two_steps(tmp_path, tool_server):
     """v1_calc, a tool-using taskset, with a tiny model that calls tools (tests/tool_model.py: the embedded

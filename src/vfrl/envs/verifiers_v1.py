@@ -5,8 +5,9 @@ The trainer's Orchestrator sees the same interface as for a vfrl environment (`d
 
 - the environment is `vf.load_environment(vf.resolve_env_config(...))` on the taskset with `[env.args]`,
   run by the package's own `vf.Env` when it exports one (a multi-turn conversation, several agents) and
-  else by verifiers' single-agent env; every role's agent runs here, as a local subprocess (verifiers'
-  uv-script harnesses), never in a remote sandbox;
+  else by verifiers' single-agent env; every role's agent runs here (verifiers' subprocess runtime), never in a
+  remote sandbox, and a role that pins no harness plays verifiers' chat loop in this process
+  (`vfrl_chat_harness`) instead of a uv-script process per rollout;
 - its serving resources (`env.serving()`) open on the first rollout and stay open for the event loop;
 - `env.run_slot` samples through verifiers' train client, which renders the prompt with the base
   model's tokenizer and posts token ids to vLLM's `/inference/v1/generate` (vLLM started with
@@ -56,6 +57,7 @@ API_KEY_VAR = "VFRL_V1_API_KEY"  # verifiers' client reads the key from an envir
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "presence_penalty", "frequency_penalty",
                  "repetition_penalty", "seed")
 UNBOUNDED_TASKS = 1000  # rows read from a taskset without end when nothing says how many a run can use
+CHAT_HARNESS = "vfrl_chat_harness"  # verifiers' `null` chat loop, run in this process (src/vfrl_chat_harness)
 
 
 class V1EnvironmentError(RuntimeError):
@@ -83,13 +85,14 @@ def is_v1_module(module) -> bool:
 
 
 def ensure_uv(env_id: str) -> None:
-    """verifiers runs every agent (even a plain chat loop) as a uv script: uv must be on PATH, and the script's
+    """verifiers runs its own harnesses (`null`, `bash`, ...) as uv scripts: uv must be on PATH, and the script's
     environment is compiled to bytecode."""
     uv = find_uv()
     if uv is None:
         raise V1EnvironmentError(
-            f"environment '{env_id}' is a verifiers 0.4 package: its agents run as uv scripts and uv is not "
-            f"installed; `pip install uv` (vfrl's verifiers extra includes it) or put uv on PATH")
+            f"environment '{env_id}' is a verifiers 0.4 package with a seat that runs one of verifiers' harnesses as "
+            f"a uv script, and uv is not installed; `pip install uv` (vfrl's verifiers extra includes it) or put uv "
+            f"on PATH")
     folder = str(Path(uv).parent)
     if folder not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = folder + os.pathsep + os.environ.get("PATH", "")
@@ -231,7 +234,7 @@ def renderer_config(env_id: str, spec: str | dict[str, Any]):
 def env_config(vf, env_id: str, env_args: dict[str, Any], harness: str) -> dict[str, Any]:
     """The raw verifiers config of the package's environment: its taskset with `env_args`, and every role (seat)
     of its `vf.Env` (the package's own, found by verifiers through `__all__`; else the single `agent`) run here
-    as a local subprocess, with the plain chat harness unless the role pins its own."""
+    (the subprocess runtime), with `harness` unless the role pins its own."""
     from verifiers.v1.utils.loaders import env_config_type
 
     raw: dict[str, Any] = {"taskset": {"id": env_id, **env_args}}
@@ -258,12 +261,15 @@ def task_row(task, i: int) -> dict[str, Any]:
 class V1Environment(Environment):
     """A verifiers 0.4 environment, run by vfrl's trainer and vf-eval."""
 
-    def __init__(self, env_id: str, env_args: dict[str, Any] | None = None, harness: str = "null"):
+    def __init__(self, env_id: str, env_args: dict[str, Any] | None = None, harness: str = CHAT_HARNESS):
+        """`harness`: what plays a role that pins none; "null" is verifiers' own chat loop, a process per rollout."""
         import verifiers.v1 as vf
 
-        ensure_uv(env_id)
+        raw = env_config(vf, env_id, env_args or {}, harness)
+        if any(seat.get("harness") != {"id": CHAT_HARNESS} for role, seat in raw.items() if role != "taskset"):
+            ensure_uv(env_id)
         self.vf = vf
-        self.v1_env = vf.load_environment(vf.resolve_env_config(env_config(vf, env_id, env_args or {}, harness)))
+        self.v1_env = vf.load_environment(vf.resolve_env_config(raw))
         self.tasks: list = []  # the verifiers Task of each dataset row, read with the dataset (read_tasks)
         self.max_tasks = None if self.v1_env.taskset.bounded else UNBOUNDED_TASKS
         super().__init__(dataset=self.read_tasks, env_id=env_id)

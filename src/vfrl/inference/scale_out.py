@@ -1,7 +1,7 @@
 """What a verifiers 0.4 environment needs before vLLM starts, found without importing it.
 
 verifiers 0.4's train client posts token ids to vLLM's `/inference/v1/generate`, which vLLM serves
-only with `--enable-scale-out`; and verifiers runs every agent as a uv script, so uv must be there.
+only with `--enable-scale-out`.
 `inference.enable_scale_out = "auto"` (the default) turns the flag on when `env.id` names a module
 that is not a vfrl entry point and is a verifiers 0.4 package: a module/package whose source imports
 `verifiers.v1` (one that imports only the classic `verifiers` runs on vfrl's own API: verifiers_compat.py),
@@ -55,10 +55,3 @@ def scale_out_enabled(setting: bool | str, env_id: str) -> bool:
     """`inference.enable_scale_out`: true, false, or "auto" (on for a verifiers package)."""
     return is_verifiers_package(env_id) if setting == "auto" else bool(setting)
 
-
-def uv_problem(env_id: str) -> str | None:
-    """One line when `env.id` is a verifiers package and uv is missing; None otherwise."""
-    if find_uv() is not None or not is_verifiers_package(env_id):
-        return None
-    return (f'env.id = "{env_id}" is a verifiers package: verifiers runs its agents as uv scripts and uv is not '
-            f"installed; `pip install uv` (vfrl's verifiers extra includes it) or put uv on PATH")

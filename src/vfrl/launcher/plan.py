@@ -275,7 +275,7 @@ def environment_problem(env_id: str, renderer: str | dict | None = None) -> str 
     from importlib.metadata import entry_points
     from importlib.util import find_spec
 
-    from vfrl.inference.scale_out import is_verifiers_package, uv_problem
+    from vfrl.inference.scale_out import is_verifiers_package
 
     names = sorted(ep.name for ep in entry_points(group="vfrl.environments"))
     module = env_id.replace("-", "_").split("/")[-1]
@@ -292,7 +292,7 @@ def environment_problem(env_id: str, renderer: str | dict | None = None) -> str 
     if env_id in names or env_id.replace("_", "-") in names:
         return None
     if find_spec(module) is not None:
-        return uv_problem(env_id)  # a verifiers 0.4 package runs its agents as uv scripts
+        return None
     return (f'env.id = "{env_id}" is invalid: no such environment is installed (installed: '
             f'{", ".join(names) or "none"}); install it with `vf-install {env_id}` or `pip install -e environments/{module}`')
 

@@ -1,0 +1,171 @@
+"""verifiers' plain chat harness (`null`) run in this process: the same chat program, no Python started per rollout.
+
+verifiers' `null` harness runs its chat loop (verifiers/v1/harnesses/utils/core.py, bundled with mcp.py and
+compaction.py into one uv script) as a fresh Python process for every rollout, which spends about a second
+importing openai before its first request: far more than a small model's sampling. `InProcessChatHarness` runs
+that same program text here: it is executed once as a module, and each rollout awaits its `main()` with the
+arguments verifiers' `launch_chat_program` builds for the subprocess. verifiers allows it (`Harness.launch`: "a
+harness may run its loop in-process instead of launching a program, as long as every model call goes through
+`endpoint` + `secret`"): the model's calls still go through the rollout's interception server and its tools
+through MCP and the `/tool` gate, so the trace is recorded as before.
+
+What differs from the subprocess:
+- the loop uses this process's openai, mcp and httpx (vfrl's verifiers extra pins them as verifiers does), not the
+  newest ones the uv script resolves;
+- it shares this process: a rollout's loop is cancelled (verifiers' timeouts), never killed, and its working
+  directory is the trainer's (the chat loop has no file or shell tools);
+- program variables (`harness.env`, `forward_env`) cannot be given to it: a config that sets them is refused;
+- its HTTP clients share one TLS context (httpx reads the CA bundle for each one otherwise, 24 ms a rollout) and are
+  closed when its run ends, as the process's exit closed them;
+- the program's exit code and stderr, which verifiers reads to say why a rollout failed, are its `SystemExit`
+  and the traceback of what it raised.
+
+Its harness id is this package's name, `vfrl_chat_harness`: verifiers imports a top-level package as a harness and
+takes the one Harness subclass its `__all__` exports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextvars
+import functools
+import hashlib
+import io
+import linecache
+import ssl
+import sys
+import tempfile
+import traceback
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from verifiers.v1.errors import HarnessError
+from verifiers.v1.harnesses.null.harness import NullHarness
+from verifiers.v1.runtimes import ProgramResult, Runtime
+
+__all__ = ["InProcessChatHarness"]
+
+MESSAGES_FILE_ARG = "--initial-messages-file="  # a path relative to the program's working directory
+
+
+@dataclass
+class ProgramRun:
+    """One rollout's run of the program: what its own process would have had to itself."""
+
+    argv: list[str]
+    stderr: io.StringIO = field(default_factory=io.StringIO)
+    clients: list[httpx.AsyncClient] = field(default_factory=list)  # closed when it ends, as a process exit would
+
+
+# Each rollout runs in an asyncio task of its own, with its own copy of the context: concurrent runs never see
+# each other's.
+RUN: contextvars.ContextVar[ProgramRun] = contextvars.ContextVar("vfrl_chat_harness_run")
+
+
+class RunParser(argparse.ArgumentParser):
+    """The program's own parser, reading the run's argv instead of sys.argv and writing its errors to the run's
+    stderr."""
+
+    def parse_args(self, args=None, namespace=None):
+        return super().parse_args(RUN.get().argv if args is None else args, namespace)
+
+    def _print_message(self, message, file=None):
+        if message:
+            RUN.get().stderr.write(message)
+
+
+@functools.cache
+def tls_context(verify: str | bool, trust_env: bool) -> ssl.SSLContext:
+    """The TLS context httpx builds for a client from `verify`, built once for every run: it reads the CA bundle
+    each time, 24 ms, as much as a small model's whole rollout."""
+    return httpx.create_ssl_context(verify=verify, trust_env=trust_env)
+
+
+def run_client(make):
+    """`make` (an httpx client class) whose clients share one TLS context and are closed when their run ends."""
+
+    def opened(*args, **kwargs):
+        if isinstance(verify := kwargs.get("verify", True), str | bool):
+            kwargs["verify"] = tls_context(verify, kwargs.get("trust_env", True))
+        client = make(*args, **kwargs)
+        RUN.get().clients.append(client)
+        return client
+
+    return opened
+
+
+def with_names(module: types.ModuleType, **names) -> types.ModuleType:
+    """A copy of `module` with `names` replaced, seen only by the program."""
+    copy = types.ModuleType(module.__name__)
+    copy.__dict__.update(vars(module), **names)
+    return copy
+
+
+@functools.cache
+def chat_program(source: str) -> types.ModuleType:
+    """The program as a module named other than `__main__` (its entry point stays inert), reading the run's argv
+    and writing to the run's stderr."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+    program = types.ModuleType(f"{__name__}.program_{digest}")
+    filename = f"<verifiers chat program {digest}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # its tracebacks show lines
+    sys.modules[program.__name__] = program  # where dataclasses and typing look a class's module up
+    exec(compile(source, filename, "exec"), program.__dict__)
+    program.argparse = with_names(argparse, ArgumentParser=RunParser)
+    program.traceback = with_names(traceback, print_exc=lambda: RUN.get().stderr.write(traceback.format_exc()))
+    program.httpx = with_names(httpx, AsyncClient=run_client(httpx.AsyncClient))
+    program.DefaultAsyncHttpxClient = run_client(program.DefaultAsyncHttpxClient)
+    return program
+
+
+class InProcess:
+    """The runtime that `launch_chat_program` asks for, answered in this process: the program's files go to
+    `folder`, preparing the script loads it as a module, and running it awaits its `main()`."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.program: types.ModuleType | None = None
+
+    async def write(self, path: str, data: bytes) -> None:
+        (self.folder / path).write_bytes(data)
+
+    async def prepare_uv_script(self, source: str, env: dict[str, str] | None = None, *, activate: bool = True):
+        self.program = chat_program(source)
+        return []
+
+    async def run_program(self, argv: list[str], env: dict[str, str]) -> ProgramResult:
+        assert self.program is not None, "launch_chat_program prepares the script before it runs it"
+        run = ProgramRun([f"{MESSAGES_FILE_ARG}{self.folder / a[len(MESSAGES_FILE_ARG):]}"
+                          if a.startswith(MESSAGES_FILE_ARG) else a for a in argv])
+        token = RUN.set(run)
+        try:
+            await self.program.main()
+            code = 0
+        except SystemExit as e:  # as Python exits: None is 0, a number is the code, anything else is said, 1
+            code = e.code if isinstance(e.code, int) else int(e.code is not None)
+            if not isinstance(e.code, int | None):
+                run.stderr.write(f"{e.code}\n")
+        except Exception:
+            run.stderr.write(traceback.format_exc())
+            code = 1
+        finally:
+            RUN.reset(token)
+            for client in run.clients:
+                await client.aclose()
+        return ProgramResult(exit_code=code, stdout="", stderr=run.stderr.getvalue())
+
+
+class InProcessChatHarness(NullHarness):
+    """verifiers' `null` harness with its chat program run in this process."""
+
+    async def setup(self, runtime: Runtime) -> None:
+        if self.config.resolved_env:
+            raise HarnessError(
+                f"harness {self.config.id!r} runs in the trainer's process and cannot give its program the variables "
+                f"{', '.join(sorted(self.config.resolved_env))}; use harness 'null' (a process per rollout) for them")
+
+    async def launch(self, ctx, trace, runtime, *args, **kwargs) -> ProgramResult:
+        with tempfile.TemporaryDirectory(prefix="vfrl-chat-") as folder:
+            return await super().launch(ctx, trace, InProcess(Path(folder)), *args, **kwargs)
