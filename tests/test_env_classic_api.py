@@ -237,9 +237,11 @@ def test_vf_rl_trains_an_unchanged_classic_package_two_steps(tiny_model, tmp_pat
     from conftest import assert_served_is_trained, train_package_two_steps
 
     env = {"id": package, "args": {"rounds": 2}} if package == "classic_quiz" else {"id": package}
-    # the quiz's boxed-answer system prompt alone is ~100 tokens (one a character): room for its three turns
+    # the quiz's boxed-answer system prompt alone is ~100 tokens (one a character): room for its three turns, each
+    # reply long enough to end on its own (one cut at max_tokens ends the conversation)
     _, run_dir, steps = train_package_two_steps(tmp_path, tiny_model, env, Path(__file__).parent / "classic_pkgs",
-                                                examples_per_step=1, server=shared_vllm_server, max_seq_len=384)
+                                                examples_per_step=1, server=shared_vllm_server, max_seq_len=384,
+                                                max_tokens=48)
     rewards = []
     for s in steps:
         rollouts = read_jsonl(RunDir(run_dir).step_rollouts(s['step']))
@@ -314,7 +316,7 @@ def test_a_classic_multi_turn_package_sampled_after_a_sync_matches_the_trainer(t
 
     model, policy, batch = batch_from_pushed_adapter(shared_vllm_server, tiny_model,
                                                      vf.load_environment("classic_quiz", rounds=2), tmp_path,
-                                                     seed=41, scale=0.05, max_tokens=12)
+                                                     seed=41, scale=0.05, max_tokens=48)
     assert len(batch.rollouts) == 2 and batch.metrics["rollouts_dropped"] == 0
     for r in batch.rollouts:
         assert_reply_turn_reply(r)  # two replies, the environment's turn between them

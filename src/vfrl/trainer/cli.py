@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -21,7 +20,6 @@ from vfrl.trainer import stop_signals
 from vfrl.trainer.failure import (
     EXIT_ERROR, EXIT_INFERENCE_LOST, EXIT_INTERRUPTED, TrainingStopped, describe, log_traceback,
 )
-from vfrl.trainer.summary import summary
 from vfrl.trainer.trainer import RLTrainer  # all imported while vf-train holds Ctrl-C (stop_signals.py)
 
 app = typer.Typer(add_completion=False, help=__doc__, pretty_exceptions_enable=False)
@@ -85,9 +83,6 @@ def run(config_path: Path, run_dir: Path, base_url: str | None) -> None:
     trainer = RLTrainer(cfg, run_dir, base_url or cfg.inference.url, os.environ.get(API_KEY_ENV, "EMPTY"))
     KEPT.append(trainer)
     trainer.train()
-    if trainer.ranks.is_main:  # launch (vf-rl wrote config.toml) to now
-        took = time.time() - RunDir(run_dir).config.stat().st_mtime
-        print("\n".join(summary(run_dir, cfg.model, cfg.env.id, took)), flush=True)
 
 
 def wait_for_vllm_first(base_url: str, run_dir: Path) -> None:

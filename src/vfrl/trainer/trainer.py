@@ -45,6 +45,7 @@ from vfrl.trainer.inference_watch import (
 )
 from vfrl.trainer.mismatch import MismatchWatch
 from vfrl.trainer.sampler_check import SamplerCheck
+from vfrl.trainer.summary import summary
 from vfrl.trainer.orchestrator import Batch, Orchestrator
 from vfrl.trainer.sent_requests import SentRequests
 from vfrl.trainer.shared_prefix import Packed, layout, packs
@@ -364,6 +365,9 @@ class RLTrainer:
                         self.torch_thread.join()
             except Exception as e:  # the other ranks are ended by the launcher when this one exits
                 raise self.stopped_by(e) from e
+            config = RunDir(self.run_dir).config  # written by vf-rl at launch
+            took = time.time() - config.stat().st_mtime if config.exists() else None
+            self.console.info("\n".join(summary(self.run_dir, self.cfg.model, self.cfg.env.id, took)))
         else:
             self._follow()
         self.ranks.close()
