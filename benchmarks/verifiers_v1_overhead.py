@@ -1,19 +1,23 @@
 """Evidence for docs/environments.md ("verifiers 0.4 environments"): what a rollout costs through a
 verifiers 0.4 package against the same task written with vfrl's own API, on the same vLLM server.
 
-    .venv/bin/python benchmarks/verifiers_v1_overhead.py        # needs vfrl's verifiers extra (and uv)
+    .venv/bin/python benchmarks/verifiers_v1_overhead.py        # needs vfrl's verifiers extra and uv
 
 Starts one vf-vllm on the embedded tiny model with `--enable-scale-out`, then samples with the
-trainer's Orchestrator: tests/v1_pkgs/v1_reverse (verifiers 0.4: uv-script harness subprocess per
-rollout, its interception server, client-side rendering, /inference/v1/generate) and the same six
-words, system prompt and exact-match reward as a vfrl SingleTurnEnv (chat completions). For each:
-one rollout alone (latency), then a batch of 8 (4 examples x 2) at max_concurrent 8. Prints JSON.
+trainer's Orchestrator: the same six words, system prompt and exact-match reward as a vfrl SingleTurnEnv
+(chat completions), and tests/v1_pkgs/v1_reverse, a verifiers 0.4 package (its interception server,
+client-side rendering, /inference/v1/generate), whose chat loop runs in this process (vfrl_chat_harness, vfrl's
+default) and then in a uv-script process per rollout (verifiers' `null` harness). For each, after a warm-up: one
+rollout alone (latency), a batch of 8 (4 examples x 2) at max_concurrent 8, and a batch of 32 (4 examples x 8) at
+max_concurrent 32, in 3 rounds that take each environment in turn (a neighbour's load falls on all of them).
+Prints JSON: each measure's 3 values and their median.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -39,12 +43,12 @@ def vfrl_twin():
                               system_prompt="Reverse the text.", rubric=vfrl.Rubric(funcs=[exact], weights=[1.0]))
 
 
-async def timed(env, client, model: str, batch: int) -> float:
+async def timed(env, client, model: str, batch: int, per_example: int = 2) -> float:
     from vfrl.config import TrainerArgs
     from vfrl.trainer.orchestrator import Orchestrator
 
-    args = TrainerArgs(batch_size=batch, rollouts_per_example=min(batch, 2), max_tokens=12, eval_strategy="no",
-                       max_concurrent=8, rollout_timeout=600)
+    args = TrainerArgs(batch_size=batch, rollouts_per_example=min(batch, per_example), max_tokens=12,
+                       eval_strategy="no", max_concurrent=max(batch, 8), rollout_timeout=600)
     t0 = time.perf_counter()
     out = await Orchestrator(env, client, args).generate(0, model, 0)
     assert len(out.rollouts) == batch, out.warning
@@ -57,6 +61,7 @@ def main() -> None:
     import os
 
     from vfrl.envs.loader import load_environment
+    from vfrl.envs.verifiers_v1 import V1Environment
 
     tiny = ROOT / "models" / "tiny-reverse"
     key = "bench-key"
@@ -67,18 +72,26 @@ def main() -> None:
         config.write_text(tomli_w.dumps({"model": str(tiny), "env": {"id": "v1-reverse"}, "inference": {
             "port": port, "args": {"dtype": "float32", "max_model_len": 1024, "enforce_eager": True}}}))
         t0 = time.perf_counter()
-        v1 = load_environment("v1-reverse")
+        v1 = load_environment("v1-reverse")  # the chat loop in this process
         load_v1 = time.perf_counter() - t0
+        v1_null = V1Environment("v1-reverse", harness="null")  # a uv-script process per rollout
         with vf_vllm(config, port, key, Path(tmp) / "server.log") as base_url:
             async def run():
                 client = AsyncOpenAI(base_url=base_url, api_key=key)
-                out = {"load_v1_s": round(load_v1, 2)}
-                for name, env in (("vfrl", vfrl_twin()), ("verifiers_v1", v1)):
+                envs = {"vfrl": vfrl_twin(), "verifiers_v1_in_process": v1, "verifiers_v1_null": v1_null}
+                measures = {"single_rollout_s": (1, 2), "batch_of_8_s": (8, 2), "batch_of_32_s": (32, 8)}
+                times = {name: {m: [] for m in measures} for name in envs}
+                for env in envs.values():
                     await timed(env, client, str(tiny), 1)  # warm-up: first harness sync, first requests
-                    out[name] = {"single_rollout_s": [round(await timed(env, client, str(tiny), 1), 2) for _ in range(3)],
-                                 "batch_of_8_s": round(await timed(env, client, str(tiny), 8), 2)}
-                await v1.aclose()
-                return out
+                for _ in range(3):
+                    for name, env in envs.items():
+                        for m, (batch, per_example) in measures.items():
+                            times[name][m].append(round(await timed(env, client, str(tiny), batch, per_example), 2))
+                for env in (v1, v1_null):
+                    await env.aclose()
+                return {"load_v1_s": round(load_v1, 2)} | {
+                    name: {m: {"runs": t, "median": statistics.median(t)} for m, t in by.items()}
+                    for name, by in times.items()}
 
             print(json.dumps(asyncio.run(run())))
 
