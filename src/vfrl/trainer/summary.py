@@ -1,12 +1,14 @@
 """What a finished run hands its user, said at its end: steps, time, reward and eval first -> last,
 where the trained policy is, and the commands that plot or evaluate it.
 
-    vf-train: done: 150 steps in 31m12s (launch to end)
-      reward (mean of the first and last 5 steps)  0.234 -> 0.672  (+0.438)
-      eval reward (step 0 -> step 150)             0.240 -> 0.655  (+0.415)
-      policy: outputs/smollm2/adapters/policy-150 (a peft LoRA adapter of ./models/smollm2-135m-instruct)
+    vf-train: done: 50 steps in 12m14s
+      reward (mean of the first and last 5 steps)  0.287 -> 0.859  (+0.572)
+      eval reward (step 0 -> step 50)  0.240 -> 0.840  (+0.600)
+      policy: outputs/smollm2/adapters/policy-50 (a peft LoRA adapter of ./models/smollm2-135m-instruct)
+      evaluate it: vllm serve ./models/smollm2-135m-instruct --enable-lora --lora-modules policy=..., then vf-eval ...
       curves: vf-rl plot outputs/smollm2
-      serve it: ...
+
+The time is from launch (vf-rl writes the run's config.toml then) when the caller gives it.
 
 Reads only the run directory (metrics.jsonl, adapters/, weights/, checkpoints/): the same lines can be made
 for any run, finished or not.
@@ -18,6 +20,7 @@ import re
 from pathlib import Path
 
 from vfrl.run_dir import RunDir, read_jsonl
+from vfrl.trainer.checkpoint import latest_checkpoint
 
 
 def newest(directory: Path, prefix: str) -> Path | None:
@@ -27,11 +30,12 @@ def newest(directory: Path, prefix: str) -> Path | None:
     return max(found)[1] if found else None
 
 
-def first_last(values: list[float], k: int) -> tuple[float, float] | None:
+def first_last(values: list[float], k: int) -> tuple[int, float, float] | None:
+    """(k', mean of the first k', mean of the last k'): k' is k, or half of a shorter run (at least 1)."""
     if not values:
         return None
     k = max(1, min(k, len(values) // 2 or 1))
-    return sum(values[:k]) / k, sum(values[-k:]) / k
+    return k, sum(values[:k]) / k, sum(values[-k:]) / k
 
 
 def duration(seconds: float) -> str:
@@ -49,9 +53,9 @@ def summary(run_dir: Path, model: str, env_id: str, seconds: float | None = None
     took = f" in {duration(seconds)}" if seconds is not None else ""
     lines = [f"vf-train: done: {steps[-1]['step'] if steps else 0} steps{took}"]
     if (fl := first_last([r["reward_mean"] for r in steps], window)) is not None:
-        k = max(1, min(window, len(steps) // 2 or 1))
-        lines.append(f"  reward (mean of the first and last {k} steps)  {fl[0]:.3f} -> {fl[1]:.3f}  "
-                     f"({fl[1] - fl[0]:+.3f})")
+        k, first, last = fl
+        lines.append(f"  reward (mean of the first and last {k} steps)  {first:.3f} -> {last:.3f}  "
+                     f"({last - first:+.3f})")
     if len(evals) >= 2:
         a, b = evals[0], evals[-1]
         lines.append(f"  eval reward (step {a['step']} -> step {b['step']})  {a['eval/reward_mean']:.3f} -> "
@@ -59,7 +63,7 @@ def summary(run_dir: Path, model: str, env_id: str, seconds: float | None = None
     elif evals:
         lines.append(f"  eval reward (step {evals[0]['step']})  {evals[0]['eval/reward_mean']:.3f}")
     adapter, weights = newest(rd.adapters, "policy-"), newest(rd.weights, "step-")
-    checkpoint = newest(rd.checkpoints, "step-")
+    checkpoint = latest_checkpoint(rd.checkpoints)  # complete ones only
     if adapter is not None:
         lines.append(f"  policy: {adapter} (a peft LoRA adapter of {model})")
         lines.append(f"  evaluate it: vllm serve {model} --enable-lora --lora-modules policy={adapter}, then "
