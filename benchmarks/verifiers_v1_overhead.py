@@ -1,9 +1,11 @@
 """Evidence for docs/environments.md ("verifiers 0.4 environments"): what a rollout costs through a
 verifiers 0.4 package against the same task written with vfrl's own API, on the same vLLM server.
 
-    .venv/bin/python benchmarks/verifiers_v1_overhead.py        # needs vfrl's verifiers extra and uv
+    .venv/bin/python benchmarks/verifiers_v1_overhead.py [--model models/smollm2-135m-instruct]
+                                                            # needs vfrl's verifiers extra and uv
 
-Starts one vf-vllm on the embedded tiny model with `--enable-scale-out`, then samples with the
+Starts one vf-vllm on the embedded tiny model (or --model: the real one makes sampling, not the harness, the
+larger part) with `--enable-scale-out`, then samples with the
 trainer's Orchestrator: the same six words, system prompt and exact-match reward as a vfrl SingleTurnEnv
 (chat completions), and tests/v1_pkgs/v1_reverse, a verifiers 0.4 package (its interception server,
 client-side rendering, /inference/v1/generate), whose chat loop runs in this process (vfrl_chat_harness, vfrl's
@@ -56,20 +58,25 @@ async def timed(env, client, model: str, batch: int, per_example: int = 2) -> fl
 
 
 def main() -> None:
+    import argparse
+
     from openai import AsyncOpenAI
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", type=Path, default=ROOT / "models" / "tiny-reverse")
+    model = parser.parse_args().model.resolve()
 
     import os
 
     from vfrl.envs.loader import load_environment
     from vfrl.envs.verifiers_v1 import V1Environment
 
-    tiny = ROOT / "models" / "tiny-reverse"
     key = "bench-key"
     os.environ["PYTHONPATH"] = str(ROOT / "tests" / "v1_pkgs")
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
         config = Path(tmp) / "config.toml"
-        config.write_text(tomli_w.dumps({"model": str(tiny), "env": {"id": "v1-reverse"}, "inference": {
+        config.write_text(tomli_w.dumps({"model": str(model), "env": {"id": "v1-reverse"}, "inference": {
             "port": port, "args": {"dtype": "float32", "max_model_len": 1024, "enforce_eager": True}}}))
         t0 = time.perf_counter()
         v1 = load_environment("v1-reverse")  # the chat loop in this process
@@ -82,11 +89,11 @@ def main() -> None:
                 measures = {"single_rollout_s": (1, 2), "batch_of_8_s": (8, 2), "batch_of_32_s": (32, 8)}
                 times = {name: {m: [] for m in measures} for name in envs}
                 for env in envs.values():
-                    await timed(env, client, str(tiny), 1)  # warm-up: first harness sync, first requests
+                    await timed(env, client, str(model), 1)  # warm-up: first harness sync, first requests
                 for _ in range(3):
                     for name, env in envs.items():
                         for m, (batch, per_example) in measures.items():
-                            times[name][m].append(round(await timed(env, client, str(tiny), batch, per_example), 2))
+                            times[name][m].append(round(await timed(env, client, str(model), batch, per_example), 2))
                 for env in (v1, v1_null):
                     await env.aclose()
                 return {"load_v1_s": round(load_v1, 2)} | {

@@ -8,6 +8,8 @@ The trainer's Orchestrator sees the same interface as for a vfrl environment (`d
   else by verifiers' single-agent env; every role's agent runs here (verifiers' subprocess runtime), never in a
   remote sandbox, and a role that pins no harness plays verifiers' chat loop in this process
   (`vfrl_chat_harness`) instead of a uv-script process per rollout;
+- the two per-rollout costs that are not verifiers' own work (pydantic's default-factory check, httpx's connection
+  pool under the train client) are taken off the hot path (verifiers_hot_path);
 - its serving resources (`env.serving()`) open on the first rollout and stay open for the event loop;
 - `env.run_slot` samples through verifiers' train client, which renders the prompt with the base
   model's tokenizer and posts token ids to vLLM's `/inference/v1/generate` (vLLM started with
@@ -265,6 +267,9 @@ class V1Environment(Environment):
         """`harness`: what plays a role that pins none; "null" is verifiers' own chat loop, a process per rollout."""
         import verifiers.v1 as vf
 
+        from vfrl.envs import verifiers_hot_path
+
+        verifiers_hot_path.apply()
         raw = env_config(vf, env_id, env_args or {}, harness)
         if any(seat.get("harness") != {"id": CHAT_HARNESS} for role, seat in raw.items() if role != "taskset"):
             ensure_uv(env_id)
