@@ -232,7 +232,8 @@ class TurnSampler:
                 raise
             # vLLM started without --enable-auto-tool-choice: tools still reach the template, and
             # the calls are read from the reply text (parse_tool_calls)
-            log.warning("server has no tool-call parser; reading tool calls from the reply text")
+            if self.flags.get("tool_choice") != "none":  # said once: the rollouts in flight all meet it
+                log.warning("server has no tool-call parser; reading tool calls from the reply text")
             self.flags["tool_choice"] = "none"
             return await self._chat(messages, sampling)
 
