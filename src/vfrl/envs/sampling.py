@@ -198,8 +198,9 @@ class TurnSampler:
             if prompt[: len(seq)] == seq:
                 self.seq.add_env(prompt[len(seq):])
                 return self._keep_chat(resp)
-            log.warning("chat template re-rendered earlier turns differently from the sampled tokens; "
-                        "sending later turns as token ids")
+            if not self.flags.get("template_rewrites_history"):  # said once, as the tool-call parser's line
+                log.warning("chat template re-rendered earlier turns differently from the sampled tokens; "
+                            "sending later turns as token ids")
             self.flags["template_rewrites_history"] = True
         self.mode = "tokens"
         return await self._token_turn(new_messages)
