@@ -112,6 +112,19 @@ def test_a_multi_turn_branch_keeps_its_tokens_mask_and_logprobs():
     assert (r.example_id, r.answer, r.policy) == (7, "x", "policy-3")
 
 
+def test_a_worked_example_in_the_prompt_stays_prompt_and_the_completion_starts_at_the_first_sampled_message():
+    """A prompt may hold assistant and tool messages of its own (a worked example: tests/v1_pkgs/v1_products); the
+    rollout's prompt and completion (console, rollout files) split where the model's own tokens begin."""
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "17 * 23?"},
+            {"role": "assistant", "tool_calls": [{"id": "c0", "type": "function", "name": "multiply", "arguments": "{}"}]},
+            {"role": "tool", "tool_call_id": "c0", "content": "391"}, {"role": "assistant", "content": "391"},
+            {"role": "user", "content": "29 * 84?"}, {"role": "assistant", "content": "2436"}]
+    nodes = [node([i], [0]) for i in range(6)] + [node([7, 8], [0, 1], [-0.5])]
+    (r,) = episode_rollouts(episode(trace(path(*nodes, messages=msgs))), 0, "", "p")
+    assert r.prompt == msgs[:6] and r.completion == msgs[6:]
+    assert r.prompt_ids == [0, 1, 2, 3, 4, 5, 7] and r.completion_ids == [8]
+
+
 def test_traces_of_agents_that_do_not_train_are_left_out():
     judge = trace(branch([1, 9], [0, 1], [0.0, -1.0]), trainable=False)
     (r,) = episode_rollouts(episode(judge, trace(branch([1, 2, 3], [0, 1, 1], [0.0, -0.5, -0.6]))), 0, "", "p")
@@ -293,14 +306,14 @@ def test_env_renderer_names_a_renderers_config_or_is_refused_in_one_line():
     from vfrl.launcher.plan import environment_problem
 
     assert isinstance(renderer_config("e", "qwen3"), Qwen3RendererConfig)
-    made = renderer_config("e", {"name": "default", "tool_parser": "hermes"})
-    assert isinstance(made, DefaultRendererConfig) and made.tool_parser == "hermes"
+    made = renderer_config("e", {"name": "default", "tool_parser": "hermes-text"})
+    assert isinstance(made, DefaultRendererConfig) and made.tool_parser == "hermes-text"
     with pytest.raises(V1EnvironmentError, match=r"no renderer is named 'qwen9' \(renderers has: .*qwen3,") as e:
         renderer_config("e", "qwen9")
     assert "\n" not in str(e.value)
     with pytest.raises(V1EnvironmentError, match=r"enable_thinking: Input should be a valid boolean"):
         renderer_config("e", {"name": "qwen3", "enable_thinking": "perhaps"})
-    for spec in ("qwen3", {"name": "default", "tool_parser": "hermes"}):
+    for spec in ("qwen3", {"name": "default", "tool_parser": "hermes-text"}):
         assert RLConfig.model_validate({"model": "m", "env": {"id": "v1-reverse", "renderer": spec}}).env.renderer == spec
     assert environment_problem("v1-reverse", "default") is None
     assert "no renderer is named 'qwen9'" in environment_problem("v1-reverse", "qwen9")
@@ -317,10 +330,10 @@ def test_env_renderer_reaches_verifiers_train_client_and_vf_eval_says_a_wrong_on
     from vfrl.envs.cli.eval import app as eval_app
     from vfrl.envs.loader import EnvironmentLoadError, load_configured_environment
 
-    env = load_configured_environment("v1-reverse", {}, {"name": "default", "tool_parser": "hermes"})
+    env = load_configured_environment("v1-reverse", {}, {"name": "default", "tool_parser": "hermes-text"})
     client = SimpleNamespace(api_key="k", base_url="http://127.0.0.1:1/v1/")
     sent = env.context(client, "policy-1", {"temperature": 1.0}).client
-    assert isinstance(sent.renderer, DefaultRendererConfig) and sent.renderer.tool_parser == "hermes"
+    assert isinstance(sent.renderer, DefaultRendererConfig) and sent.renderer.tool_parser == "hermes-text"
     assert load_configured_environment("v1-reverse", {}).renderer is None  # verifiers picks it from the model
     with pytest.raises(EnvironmentLoadError, match=r"is for verifiers 0.4 packages, and 'reverse-text' is a vfrl"):
         load_configured_environment("reverse-text", {}, "qwen3")

@@ -43,7 +43,7 @@ class EnvConfig(Strict):
     args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for load_environment().")
     renderer: str | dict[str, Any] | None = Field(
         None, description="verifiers 0.4 packages only: how verifiers turns messages (and tools) into token ids, a "
-                          "`renderers` name (\"qwen3\") or table ({name = \"default\", tool_parser = \"hermes\"}). Default: "
+                          "`renderers` name (\"qwen3\") or table ({name = \"default\", tool_parser = \"hermes-text\"}). Default: "
                           "found from the model's name, which a local model folder does not match (plain chat template, no tools).")
 
 

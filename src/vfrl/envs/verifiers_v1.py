@@ -151,6 +151,17 @@ def turn_spans(completion_mask: list[int]) -> list[tuple[int, int]]:
     return spans
 
 
+def first_sampled_message(branch, msgs: list[dict[str, Any]]) -> int:
+    """Where the model's part of a branch begins: its first message with a sampled token (a prompt may hold
+    assistant and tool messages of its own, a worked example), else its first assistant message."""
+    nodes = list(getattr(branch, "nodes", []))
+    if len(nodes) == len(msgs):
+        for i, n in enumerate(nodes):
+            if getattr(n, "sampled", False) or any(n.mask):
+                return i
+    return next((i for i, m in enumerate(msgs) if m.get("role") == "assistant"), len(msgs))
+
+
 def trace_rollout(trace, example_id: int, answer: Any, policy: str) -> Rollout | None:
     """One trace as a Rollout with its reward and metrics: its first branch with a token to train is the
     rollout's sequence, any later ones its `more_branches`. None when no branch has a token to train."""
@@ -159,7 +170,7 @@ def trace_rollout(trace, example_id: int, answer: Any, policy: str) -> Rollout |
         return None
     first, *more = [branch_tokens(b, mask) for b, mask in found]
     msgs = [message_dict(m) for m in found[0][0].messages]
-    first_reply = next((i for i, m in enumerate(msgs) if m.get("role") == "assistant"), len(msgs))
+    first_reply = first_sampled_message(found[0][0], msgs)
     rollout = Rollout(example_id=example_id, prompt=msgs[:first_reply], completion=msgs[first_reply:], answer=answer,
                       prompt_ids=first.prompt_ids, completion_ids=first.completion_ids,
                       completion_logprobs=first.completion_logprobs, completion_mask=first.completion_mask,
@@ -219,7 +230,23 @@ def renderer_config(env_id: str, spec: str | dict[str, Any]):
     from pydantic import TypeAdapter, ValidationError
     from renderers.configs import RendererConfig
 
+    from renderers.parsers import TOOL_PARSERS
+
+    from vfrl.envs import text_tool_calls
+
+    text_tool_calls.register()
     raw = {"name": spec} if isinstance(spec, str) else dict(spec)
+    template = raw.get("chat_template")
+    if isinstance(template, str) and "{" not in template:  # a file, as vLLM's --chat-template takes one
+        try:
+            raw["chat_template"] = Path(template).expanduser().read_text()
+        except OSError as e:
+            raise V1EnvironmentError(f"env.renderer.chat_template: cannot read {template} for environment "
+                                     f"'{env_id}' ({e.strerror or e})") from None
+    parser = raw.get("tool_parser")
+    if parser is not None and parser not in TOOL_PARSERS:
+        raise V1EnvironmentError(f"env.renderer.tool_parser = {parser!r} is invalid for environment '{env_id}': "
+                                 f"renderers has {', '.join(sorted(TOOL_PARSERS))}")
     try:
         return TypeAdapter(RendererConfig).validate_python(raw)
     except ValidationError as e:
@@ -267,9 +294,10 @@ class V1Environment(Environment):
         """`harness`: what plays a role that pins none; "null" is verifiers' own chat loop, a process per rollout."""
         import verifiers.v1 as vf
 
-        from vfrl.envs import verifiers_hot_path
+        from vfrl.envs import text_tool_calls, verifiers_hot_path
 
         verifiers_hot_path.apply()
+        text_tool_calls.register()
         raw = env_config(vf, env_id, env_args or {}, harness)
         if any(seat.get("harness") != {"id": CHAT_HARNESS} for role, seat in raw.items() if role != "taskset"):
             ensure_uv(env_id)
