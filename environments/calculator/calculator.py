@@ -7,11 +7,17 @@ the tool message.
 
 Reward: 1.0 when the last `\\boxed{}` of the final reply equals the answer (MathRubric); the number
 of tool calls (`tool_calls`) and failed ones (`tool_errors`) are logged with weight 0.
+
+`style="bare"` is for small models whose template has no tool syntax (SmolLM2-135M-Instruct): products of two
+two-digit numbers ("What is 29 * 84?"), which such a model cannot work out alone, a worked example before the
+question (the call as a `<tool_call>` block in the reply text, the tool's result, the bare number), and the last
+number of the final reply as the answer.
 """
 
 import ast
 import operator
 import random
+import re
 
 import vfrl
 
@@ -72,6 +78,29 @@ def make_rows(n: int, seed: int) -> list[dict]:
     return rows
 
 
+def product_rows(n: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        expression = f"{rng.randint(12, 99)} * {rng.randint(12, 99)}"
+        rows.append({"question": f"What is {expression}?", "answer": calculate(expression), "task": "calculator"})
+    return rows
+
+
+def call_text(expression: str) -> str:
+    return '<tool_call>{"name": "calculate", "arguments": {"expression": "%s"}}</tool_call>' % expression
+
+
+BARE_SYSTEM_PROMPT = f"You have a calculator tool. Call it like this: {call_text('2 * 3')} Then answer with the number."
+WORKED_EXAMPLE = [{"role": "user", "content": "What is 17 * 23?"}, {"role": "assistant", "content": call_text("17 * 23")},
+                  {"role": "tool", "content": "391"}, {"role": "assistant", "content": "391"}]
+
+
+def last_number_reward(completion, answer, parser) -> float:
+    numbers = re.findall(r"-?\d+", parser.parse_answer(completion) or "")
+    return float(bool(numbers) and numbers[-1] == answer)
+
+
 def tool_calls(state) -> float:
     return float(state.get("tool_calls", 0))
 
@@ -81,15 +110,20 @@ def tool_errors(state) -> float:
 
 
 def load_environment(num_train_examples: int = 2000, num_eval_examples: int = 100, max_turns: int = 4,
-                     seed: int = 0) -> vfrl.ToolEnv:
-    rubric = vfrl.MathRubric()
+                     style: str = "boxed", seed: int = 0) -> vfrl.ToolEnv:
+    if style not in ("boxed", "bare"):
+        raise ValueError(f"style must be 'boxed' or 'bare', got {style!r}")
+    bare = style == "bare"
+    rubric = vfrl.Rubric(funcs=[last_number_reward], weights=[1.0]) if bare else vfrl.MathRubric()
     rubric.add_reward_func(tool_calls, weight=0.0)
     rubric.add_reward_func(tool_errors, weight=0.0)
+    rows = product_rows if bare else make_rows
     return vfrl.ToolEnv(
         tools=[calculate],
-        dataset=make_rows(num_train_examples, seed),
-        eval_dataset=make_rows(num_eval_examples, seed + 1),
-        system_prompt=SYSTEM_PROMPT,
+        dataset=rows(num_train_examples, seed),
+        eval_dataset=rows(num_eval_examples, seed + 1),
+        system_prompt=BARE_SYSTEM_PROMPT if bare else SYSTEM_PROMPT,
+        few_shot=WORKED_EXAMPLE if bare else None,
         rubric=rubric,
         max_turns=max_turns,
         env_id="calculator",
