@@ -3,8 +3,10 @@
 What a tokenizer and a chat template written by someone else break, checked where it happens: a BPE
 vocabulary of 49,152 tokens, a template that adds its own system prompt, `<|im_end|>` as both EOS and pad,
 a reply cut at max_tokens, a multi-token stop string, BPE merges across the prompt/completion boundary,
-and vLLM's logprobs against the trainer's (fp32) for the base model and for a LoRA adapter. One vf-vllm
-serves every test here; the last one trains two steps with vf-train against it.
+vLLM's logprobs against the trainer's (fp32) for the base model and for a LoRA adapter, and tool calls from a
+model whose template has no tool syntax (a classic ToolEnv, and a verifiers 0.4 MCP toolset through renderers'
+default renderer and vfrl's hermes-text parser). One vf-vllm serves every test here; the last one trains two steps
+with vf-train against it.
 
 The model folder is the one scripts/install.sh made (python -m vfrl.make_smollm2).
 """
@@ -42,7 +44,8 @@ def server(smollm2, tmp_path_factory):
     config = tmp / "config.toml"
     config.write_text(tomli_w.dumps({
         "model": str(smollm2), "env": {"id": "arithmetic", "args": ENV_ARGS},
-        "inference": {"port": port, "args": {"dtype": "float32", "max_model_len": 256, "enforce_eager": True}},
+        "inference": {"port": port, "enable_scale_out": True,  # verifiers 0.4's /inference/v1/generate too
+                      "args": {"dtype": "float32", "max_model_len": 1024, "enforce_eager": True}},
         "trainer": {"args": {"lora_rank": 8}},
     }))
     with vf_vllm(config, port, API_KEY, tmp / "server.log") as base_url:
@@ -167,3 +170,73 @@ def test_vf_train_trains_two_steps_of_the_real_model(server, smollm2, tmp_path):
     assert steps[0]["mismatch_kl"] < 1e-6  # batch 1 came from policy 0, which the trainer holds at step 1
     assert steps[1]["adapter_loaded"] == "policy-2" and (run_dir / "adapters" / "policy-2").is_dir()
     assert "vf-train: done: 2 steps" in done.stdout and "adapters/policy-2" in done.stdout
+
+
+def tool_batch(env, base_url: str, model: str):
+    """16 rollouts (8 products x 2) of a tool environment, sampled by the trainer's Orchestrator."""
+    from conftest import sample_batch
+
+    return asyncio.run(sample_batch(env, base_url, API_KEY, model, 0, max_tokens=48, examples=8)).rollouts
+
+
+def check_tool_rollouts(rollouts, tokenizer, answer_of, result_of):
+    """Every rollout's reward is what its final reply's last number says; each one that called the tool holds the
+    call, the result of running it on the arguments the model wrote (`result_of(arguments)`), whose tokens get no
+    loss, and at least one rollout of the 16 called it."""
+    import re
+
+    from vfrl.envs.sampling import parse_tool_calls
+
+    called = 0
+    for r in rollouts:
+        final = r.completion[-1].get("content") or ""
+        numbers = re.findall(r"-?\d+", final)
+        assert r.reward == float(bool(numbers) and numbers[-1] == answer_of(r))
+        calls = [c for m in r.completion if m["role"] == "assistant" for c in parse_tool_calls(m)]  # or its text's
+        tools = [m for m in r.completion if m["role"] == "tool"]
+        if not calls or not tools or tools[0]["content"].lower().startswith("error"):  # none, or refused (a wrong name)
+            continue
+        called += 1
+        call, tool = calls[0], tools[0]
+        arguments = (call.get("function") or call)["arguments"]
+        assert tool["content"] == result_of(json.loads(arguments) if isinstance(arguments, str) else arguments)
+        context = [t for t, m in zip(r.completion_ids, r.completion_mask) if m == 0]
+        sampled = [t for t, m in zip(r.completion_ids, r.completion_mask) if m == 1]
+        assert tool["content"] in tokenizer.decode(context)  # the result is environment text: no loss
+        assert "<tool_call>" in tokenizer.decode(sampled)  # the call is the model's own tokens
+    assert called, "no rollout of 16 called the tool"
+
+
+def test_a_classic_tool_env_calls_its_tool_with_the_real_model(server, smollm2, tokenizer):
+    """calculator style="bare": SmolLM2's template has no tool syntax; the worked example shows a <tool_call> block
+    in the reply text, and the ToolEnv reads it there (the server has no tool-call parser)."""
+    import calculator
+
+    from vfrl import load_environment
+
+    env = load_environment("calculator", style="bare", num_train_examples=8, num_eval_examples=1, max_turns=3)
+    rollouts = tool_batch(env, server, str(smollm2))
+    answers = {i: row["answer"] for i, row in enumerate(env.dataset)}
+    check_tool_rollouts(rollouts, tokenizer, lambda r: answers[r.example_id],
+                        lambda arguments: calculator.calculate(**arguments))
+
+
+def test_a_verifiers_mcp_toolset_calls_its_tool_with_the_real_model(server, smollm2, tokenizer, monkeypatch):
+    """tests/v1_pkgs/v1_products, a verifiers 0.4 taskset whose vf.Toolset verifiers runs as an MCP server: the
+    train client renders with SmolLM2's template extended for tool calls and reads the call with hermes-text."""
+    import sys
+
+    from vfrl.envs.verifiers_v1 import V1Environment
+
+    pkgs = str(ROOT / "tests" / "v1_pkgs")
+    monkeypatch.setenv("PYTHONPATH", pkgs)  # verifiers starts the tool server as `python -m v1_products.tools`
+    monkeypatch.syspath_prepend(pkgs)
+    env = V1Environment("v1_products", {"num_tasks": 8})
+    env.use_renderer({"name": "default", "tool_parser": "hermes-text",
+                      "chat_template": str(ROOT / "configs" / "templates" / "smollm2_tool_calls.jinja")})
+    rollouts = tool_batch(env, server, str(smollm2))
+    products = {i: str(t.data.product) for i, t in enumerate(env.tasks)}
+    check_tool_rollouts(rollouts, tokenizer, lambda r: products[r.example_id],
+                        lambda arguments: str(arguments["a"] * arguments["b"]))
+    assert all(r.prompt[-1]["content"].startswith("What is") for r in rollouts)  # the worked example is prompt
+    sys.modules.pop("v1_products", None)

@@ -28,6 +28,10 @@ class ProductData(vf.TaskData):
 
 
 class ProductTask(vf.Task[ProductData]):
+    @vf.stop
+    async def three_replies(self, trace: vf.Trace) -> bool:
+        return trace.num_turns >= 3  # a model that keeps calling the tool stops here
+
     @vf.reward(weight=1.0)
     async def right_product(self, trace: vf.Trace) -> float:
         numbers = re.findall(r"-?\d+", trace.last_reply or "")
