@@ -796,3 +796,45 @@ def test_a_taskset_without_end_evaluates_the_examples_asked_for():
     job = EvalJob("v1_endless", {}, {"num_examples": 7}, {}, "k", None, None, True)
     env = load_eval_environment(job)
     assert job.n == 7 and len(env.dataset) == 7 and env.tasks[6].data.answer == "gg"
+
+
+# --- opening env.serving() ---
+
+@needs_v1
+def test_a_relative_pythonpath_is_made_absolute_for_the_servers_verifiers_starts_elsewhere(monkeypatch, tmp_path):
+    """`PYTHONPATH=tests/v1_pkgs vf-rl ...`: verifiers starts a toolset's MCP server in a folder of its own, where the
+    relative entry named nothing; the server never reported its port and vf-train sat silent for 180 s."""
+    from vfrl.envs.verifiers_v1 import absolute_pythonpath
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["pkgs", "/abs/other", ""]))
+    absolute_pythonpath()
+    assert os.environ["PYTHONPATH"].split(os.pathsep) == [str(tmp_path / "pkgs"), "/abs/other", ""]
+
+
+@needs_v1
+def test_serving_that_is_slow_says_so_and_one_that_fails_is_one_line(monkeypatch, capsys):
+    import contextlib
+    from types import SimpleNamespace
+
+    from vfrl.envs import verifiers_v1
+    from vfrl.envs.verifiers_v1 import V1Environment, V1EnvironmentError
+
+    @contextlib.asynccontextmanager
+    async def failing_serving():
+        await asyncio.sleep(0.3)
+        raise RuntimeError("server did not report its port at /tmp/vf-port-1 in its runtime:\nModuleNotFoundError: "
+                           "No module named 'my_tools'")
+        yield
+
+    env = object.__new__(V1Environment)
+    env.env_id, env.renderer_model_name = "my-taskset", "m"
+    env._loop = env._lock = env._lock_loop = env._serving = None
+    env.v1_env = SimpleNamespace(serving=failing_serving)
+    monkeypatch.setattr(verifiers_v1, "SLOW_SERVING_S", 0.05)
+    with pytest.raises(V1EnvironmentError) as e:
+        asyncio.run(env._open(client=None))
+    assert "my-taskset: still starting verifiers' serving resources" in capsys.readouterr().err
+    assert str(e.value) == ("environment 'my-taskset': verifiers could not start its serving resources: RuntimeError: "
+                            "server did not report its port at /tmp/vf-port-1 in its runtime: ModuleNotFoundError: No "
+                            "module named 'my_tools'")

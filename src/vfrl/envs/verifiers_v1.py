@@ -58,6 +58,7 @@ API_KEY_VAR = "VFRL_V1_API_KEY"  # verifiers' client reads the key from an envir
 # sampling keys vLLM's SamplingParams takes, as the Orchestrator names them
 SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "presence_penalty", "frequency_penalty",
                  "repetition_penalty", "seed")
+SLOW_SERVING_S = 15  # opening env.serving() for longer than this is said on stderr
 UNBOUNDED_TASKS = 1000  # rows read from a taskset without end when nothing says how many a run can use
 CHAT_HARNESS = "vfrl_chat_harness"  # verifiers' `null` chat loop, run in this process (src/vfrl_chat_harness)
 
@@ -103,6 +104,14 @@ def ensure_uv(env_id: str) -> None:
     # Python writes none either: each rollout compiled those packages again (2.7 s of a 3-4 s rollout here).
     # verifiers' one `uv sync` per process compiles them once instead; a user's own setting wins.
     os.environ.setdefault("UV_COMPILE_BYTECODE", "1")
+
+
+def absolute_pythonpath() -> None:
+    """PYTHONPATH's relative folders made absolute: verifiers starts a taskset's tool servers (`python -m
+    <module>`) and pinned harnesses in folders of their own, where `tests/pkgs` no longer names the folder it did
+    here (and the server waits 180 s for a port that never comes)."""
+    if entries := os.environ.get("PYTHONPATH"):
+        os.environ["PYTHONPATH"] = os.pathsep.join(os.path.abspath(e) if e else e for e in entries.split(os.pathsep))
 
 
 def trained_once_masks(trace) -> list[tuple[Any, list[int]]]:
@@ -298,6 +307,7 @@ class V1Environment(Environment):
 
         verifiers_hot_path.apply()
         text_tool_calls.register()
+        absolute_pythonpath()
         raw = env_config(vf, env_id, env_args or {}, harness)
         if any(seat.get("harness") != {"id": CHAT_HARNESS} for role, seat in raw.items() if role != "taskset"):
             ensure_uv(env_id)
@@ -355,10 +365,18 @@ class V1Environment(Environment):
                     await stop.wait()
 
             task, waiter = asyncio.create_task(serve()), asyncio.create_task(ready.wait())
-            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({task, waiter}, timeout=SLOW_SERVING_S, return_when=asyncio.FIRST_COMPLETED)
+            if not done:  # verifiers waits up to 180 s for a tool server that never reports its port
+                print(f"{self.env_id}: still starting verifiers' serving resources (the interception server, the "
+                      f"taskset's tool servers) after {SLOW_SERVING_S:g}s", file=sys.stderr, flush=True)
+                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
             if task.done():
-                task.result()  # serving() raised: let it say why
+                try:
+                    task.result()
+                except Exception as e:
+                    raise V1EnvironmentError(one_line(f"environment '{self.env_id}': verifiers could not start its "
+                                                      f"serving resources: {type(e).__name__}: {e}", 600)) from e
             self._serving, self._loop = (task, stop), loop
 
     async def aclose(self) -> None:
