@@ -131,3 +131,18 @@ def test_renderer_config_reads_a_template_file_and_refuses_an_unknown_parser_in_
         renderer_config("e", {"name": "default", "chat_template": str(tmp_path / "missing.jinja")})
     with pytest.raises(V1EnvironmentError, match=r"tool_parser = 'hermes' is invalid .* renderers has .*hermes-text"):
         renderer_config("e", {"name": "default", "tool_parser": "hermes"})
+
+
+def test_the_classic_tool_env_reads_the_same_blocks_from_text():
+    """envs/sampling.parse_tool_calls (a ToolEnv on a server without a tool-call parser) reads blocks as
+    hermes-text does: a call per closed block, `invalid` (the text, for the model to be told) for one that is not
+    JSON or has no name, nothing for an unclosed one."""
+    from vfrl.envs.sampling import parse_tool_calls
+
+    for text, expected, _ in replies(seed=1):
+        calls = parse_tool_calls({"role": "assistant", "content": text})
+        want = [(n, a) if s == ToolCallParseStatus.OK else ("invalid", None)
+                for s, n, a in expected if s != ToolCallParseStatus.UNCLOSED_BLOCK]
+        got = [(c["function"]["name"], json.loads(c["function"]["arguments"]) if c["function"]["name"] != "invalid"
+                else None) for c in calls]
+        assert got == want, text

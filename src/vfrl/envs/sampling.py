@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 import openai
 
+from vfrl.envs import text_tool_calls
 from vfrl.envs.group_request import group_member
 from vfrl.inference.endpoints import server_root
 
@@ -306,9 +307,6 @@ class SequenceError(RuntimeError):
     """A turn's tokens cannot be joined to the sequence; the rollout ends there."""
 
 
-_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
-
-
 def parse_tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
     """The OpenAI-style tool calls of an assistant message: the server's, else Hermes/Qwen
     `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks in its text.
@@ -319,11 +317,12 @@ def parse_tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
     if message.get("tool_calls"):
         return list(message["tool_calls"])
     calls = []
-    for block in _TOOL_CALL.findall(message.get("content") or ""):
+    for _, _, block, data in text_tool_calls.blocks(message.get("content") or ""):
+        if data is text_tool_calls.UNCLOSED:
+            break
         try:
-            data = json.loads(block)
             name, args = data["name"], data.get("arguments", {})
-        except (ValueError, KeyError, TypeError):
+        except (KeyError, TypeError, AttributeError):  # not JSON (INVALID), not an object, no name
             name, args = "invalid", block
         calls.append({"id": f"call_{uuid.uuid4().hex[:8]}", "type": "function",
                       "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}})

@@ -4,7 +4,7 @@ verifiers' train client finds a reply's tool calls with a `renderers` tool parse
 (`qwen3`) looks for the `<tool_call>` token: a tokenizer that has no such token (SmolLM2's, any model whose
 template has no tool syntax) spells it as several ordinary tokens, and that parser then finds no call at all.
 This one decodes the reply and finds `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks in the
-text, the format vfrl's classic `ToolEnv` reads from text too (envs/sampling.py: parse_tool_calls). Each block's
+text, read as vfrl's classic `ToolEnv` reads them (`blocks`, used by envs/sampling.py: parse_tool_calls). Each block's
 token span is the tokens its characters fall in; the reply's content is what comes before the first block.
 
 It is registered in `renderers` as `hermes-text` when a verifiers 0.4 environment is built, and chosen with
@@ -17,8 +17,6 @@ assistant message's `tool_calls` back as the same blocks keeps the conversation'
 from __future__ import annotations
 
 import json
-
-from renderers.base import ParsedToolCall, ToolCallParseStatus
 
 NAME = "hermes-text"
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -44,7 +42,9 @@ class HermesTextToolParser:
                 lo = mid + 1
         return lo
 
-    def extract(self, ids: list[int]) -> tuple[list[int], list[ParsedToolCall]]:
+    def extract(self, ids: list[int]) -> tuple[list[int], list]:
+        from renderers.base import ParsedToolCall, ToolCallParseStatus
+
         text = self.decode(ids)
         calls = []
         for start, end, raw, parsed in blocks(text):
