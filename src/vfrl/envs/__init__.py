@@ -5,7 +5,7 @@ its own (`verifiers.envs`), so `vf.envs.integrations` and friends resolve the sa
 
 from vfrl import ENVIRONMENT_NAMES
 from vfrl.envs.classic import (
-    BOXED_SYSTEM_PROMPT, THINK_BOXED_SYSTEM_PROMPT, BrowserEnv, PythonEnv, ReasoningGymEnv, SandboxEnv, TextArenaEnv,
+    BOXED_SYSTEM_PROMPT, THINK_BOXED_SYSTEM_PROMPT, BrowserEnv, PythonEnv, ReasoningGymEnv, SandboxEnv,
     extract_hash_answer, load_example_dataset,
 )
 from vfrl.envs.env_group import EnvGroup
@@ -19,6 +19,7 @@ from vfrl.envs.messages import (
 from vfrl.envs.multiturn import MultiTurnEnv, SingleTurnEnv, stop
 from vfrl.envs.parsers import Parser, ThinkParser, XMLParser
 from vfrl.envs.rubric import Rubric, RubricGroup
+from vfrl.envs.textarena_env import TextArenaEnv
 from vfrl.envs.tools import StatefulToolEnv, ToolEnv
 
 __all__ = list(ENVIRONMENT_NAMES)  # vfrl/__init__.py lists them

@@ -106,7 +106,3 @@ class PythonEnv(SandboxEnv):
 
 class BrowserEnv(Unsupported):
     needs = "a hosted browser (Browserbase)"
-
-
-class TextArenaEnv(Unsupported):
-    needs = "the textarena game integration, which vfrl has not ported (write the game as a MultiTurnEnv)"

@@ -1,1 +1,1 @@
-from vfrl.envs.classic import TextArenaEnv  # noqa: F401
+from vfrl.envs.textarena_env import TextArenaEnv  # noqa: F401
