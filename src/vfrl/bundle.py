@@ -1,5 +1,5 @@
-"""The files vfrl ships besides its code: the repository's configs/, environments/ and the embedded tiny
-model (models/tiny-reverse, which the quick start's config names).
+"""The files vfrl ships besides its code: the repository's configs/ (runs, accelerate, chat templates),
+environments/ and the embedded tiny model (models/tiny-reverse, which the quick start's config names).
 
 One source of truth: the folders at the repository root. A wheel carries a copy made at build time
 (setup.py puts them under `vfrl/_bundled/`); a source checkout or an editable install reads the
@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 # What is bundled, relative to the root; anything else in those folders is build debris.
-FOLDERS = ("configs/rl", "configs/accelerate", "environments", "models/tiny-reverse")
+FOLDERS = ("configs/rl", "configs/accelerate", "configs/templates", "environments", "models/tiny-reverse")
 SKIP_PARTS = {"__pycache__", "build", "dist", ".pytest_cache"}
 SKIP_SUFFIXES = (".egg-info", ".pyc")
 
