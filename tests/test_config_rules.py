@@ -24,6 +24,9 @@ BAD_CONFIGS = [
      "trainer.args.learning_rate = -1 is invalid: must be greater than 0"),
     (HEAD + '[trainer.args]\nlr_scheduler_type = "cosin"\n',
      "trainer.args.lr_scheduler_type = \"cosin\" is invalid: must be 'constant', 'linear' or 'cosine'"),
+    (HEAD + "[trainer.args]\nwarmup_steps = 10\n",  # the default schedule is constant: it would be ignored
+     "trainer.args.warmup_steps = 10 is invalid: the 'constant' schedule has no warm-up: set lr_scheduler_type = "
+     "'linear' or 'cosine', or warmup_steps = 0"),
     (HEAD + "[trainer.args]\nbatch_size = 10\nrollouts_per_example = 4\nmicro_batch_size = 2\n",
      "trainer.args.batch_size = 10 is invalid: must be a multiple of rollouts_per_example (4), e.g. 8 or 12"),
     (HEAD + "[trainer]\ngpus = 2\n[trainer.args]\nbatch_size = 24\nrollouts_per_example = 4\nmicro_batch_size = 8\n",

@@ -184,6 +184,13 @@ class TrainerArgs(Strict):
         return v
 
     @model_validator(mode="after")
+    def _warmup_has_a_schedule(self) -> "TrainerArgs":
+        if self.warmup_steps and self.lr_scheduler_type == "constant":  # transformers' "constant" never warms up
+            raise RuleError([("warmup_steps", self.warmup_steps, "the 'constant' schedule has no warm-up: set "
+                              "lr_scheduler_type = 'linear' or 'cosine', or warmup_steps = 0")])
+        return self
+
+    @model_validator(mode="after")
     def _loss_bounds(self) -> "TrainerArgs":
         if self.mask_ratio_low >= self.mask_ratio_high:
             raise RuleError([("mask_ratio_low", self.mask_ratio_low,
