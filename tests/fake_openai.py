@@ -3,7 +3,8 @@
 It renders chat messages with a Jinja chat template and a character-level tokenizer, answers with
 scripted replies, and returns what vLLM returns with `return_token_ids` / `logprobs`: the prompt
 ids, the sampled ids (ending with <|im_end|> unless cut by max_tokens) and one logprob per sampled
-token. It also serves `/tokenize` and `/v1/completions` with a token-id prompt, like vLLM.
+token. It also serves `/tokenize` (chat messages or a text) and `/v1/completions` with a text or a
+token-id prompt, like vLLM; the policy then sees the prompt text as is.
 
 `PlainOpenAI` is an OpenAI-compatible server that is not vLLM: its replies carry no token ids, and
 with `strict=True` it refuses request fields it does not know, as api.openai.com does.
@@ -144,24 +145,31 @@ class FakeOpenAI:
         return message
 
     async def _completions(self, model, prompt, logprobs=None, extra_body=None, max_tokens=None, **kwargs):
-        self.calls.append(("completions", {"prompt": list(prompt), **kwargs}))
-        assert isinstance(prompt, list) and extra_body["return_token_ids"] is True
-        text, ids, lps, finish = await self._sample(list(prompt), max_tokens)
-        choice = SimpleNamespace(text=text, token_ids=ids, finish_reason=finish, prompt_token_ids=list(prompt),
-                                 stop_reason=self._stop_reason(),
-                                 logprobs=SimpleNamespace(token_logprobs=lps))
-        return SimpleNamespace(choices=[choice])
+        self.calls.append(("completions", {"prompt": prompt if isinstance(prompt, str) else list(prompt), **kwargs}))
+        assert logprobs == 0 and extra_body["return_token_ids"] is True
+        await asyncio.sleep(0)
+        prompt_ids = encode(prompt) if isinstance(prompt, str) else list(prompt)
+        choices = []
+        for index in range(kwargs.get("n") or 1):
+            text, ids, lps, finish = await self._sample(prompt_ids, max_tokens)
+            choices.append(SimpleNamespace(text=text, token_ids=ids, finish_reason=finish, prompt_token_ids=prompt_ids,
+                                           stop_reason=self._stop_reason(), index=index,
+                                           logprobs=SimpleNamespace(token_logprobs=lps)))
+        return SimpleNamespace(choices=choices)
 
     async def post(self, url, body, cast_to):
-        if url == "/chat/completions":  # vfrl's token-mode chat request (sampling.post_chat): vLLM's JSON
-            openai_keys = OPENAI_SAMPLING_KEYS | {"model", "messages", "logprobs", "tools", "tool_choice"}
+        if url in ("/chat/completions", "/completions"):  # vfrl's token-mode requests (sampling.post_plain)
+            openai_keys = OPENAI_SAMPLING_KEYS | {"model", "messages", "prompt", "logprobs", "tools", "tool_choice"}
             kwargs = {k: v for k, v in body.items() if k in openai_keys}
             extra = {k: v for k, v in body.items() if k not in openai_keys}
-            reply = await self._chat(**kwargs, extra_body=extra)
+            reply = await (self._chat if url == "/chat/completions" else self._completions)(**kwargs, extra_body=extra)
             return httpx.Response(200, json=plain(reply))
         assert str(url) == "http://fake-vllm:8000/tokenize", url
         self.calls.append(("tokenize", body))
-        tokens = encode(self.render(body["messages"], body["add_generation_prompt"]))
+        if "prompt" in body:  # a text, as vLLM's tokenizer reads it (this one adds no special tokens)
+            tokens = encode(body["prompt"])
+        else:
+            tokens = encode(self.render(body["messages"], body["add_generation_prompt"]))
         return httpx.Response(200, json={"tokens": tokens, "count": len(tokens)})
 
     def count(self, kind: str) -> int:
@@ -174,30 +182,41 @@ class PlainOpenAI(FakeOpenAI):
     Replies have no `token_ids`, `prompt_token_ids` or `stop_reason` attributes; logprobs come back
     only when asked for. `strict=True` answers 400 to any extra_body field (all are unknown to it);
     otherwise they are ignored. Tool calls are native (`tool_calls`). No `/tokenize`, and its
-    `/v1/completions` takes no token-id prompts.
+    `/v1/completions` takes text prompts only.
     """
 
     def __init__(self, policy, strict: bool = False, **kwargs):
         super().__init__(policy, tool_parser=True, **kwargs)
         self.strict = strict
 
+    def _refuse_unknown_fields(self, extra_body) -> None:
+        if self.strict and extra_body:
+            raise self._bad_request(f"Error code: 400 - Unrecognized request argument supplied: {', '.join(extra_body)}")
+
     async def _chat(self, model, messages, logprobs=None, extra_body=None, tools=None, tool_choice=None,
                     max_tokens=None, **kwargs):
         self.calls.append(("chat", {"messages": list(messages), "tools": tools, "tool_choice": tool_choice,
                                     "logprobs": logprobs, "extra_body": extra_body, "max_tokens": max_tokens, **kwargs}))
         await asyncio.sleep(0)
-        if self.strict and extra_body:
-            raise self._bad_request(f"Error code: 400 - Unrecognized request argument supplied: {', '.join(extra_body)}")
+        self._refuse_unknown_fields(extra_body)
         text, _, lps, finish = await self._sample(encode(self.render(messages, add_generation_prompt=True)), max_tokens)
         content = [SimpleNamespace(logprob=x) for x in lps]
         choice = SimpleNamespace(message=self._message(text, tools), finish_reason=finish, index=0,
                                  logprobs=SimpleNamespace(content=content) if logprobs else None)
         return SimpleNamespace(choices=[choice])
 
-    async def _completions(self, model, prompt, **kwargs):
-        raise AssertionError("a plain OpenAI server has no token-id completions")
+    async def _completions(self, model, prompt, logprobs=None, extra_body=None, max_tokens=None, **kwargs):
+        assert isinstance(prompt, str), "a plain OpenAI server has no token-id completions"
+        self.calls.append(("completions", {"prompt": prompt, "logprobs": logprobs, "extra_body": extra_body,
+                                           "max_tokens": max_tokens, **kwargs}))
+        await asyncio.sleep(0)
+        self._refuse_unknown_fields(extra_body)
+        text, _, lps, finish = await self._sample(encode(prompt), max_tokens)
+        choice = SimpleNamespace(text=text, finish_reason=finish, index=0,
+                                 logprobs=SimpleNamespace(token_logprobs=lps) if logprobs is not None else None)
+        return SimpleNamespace(choices=[choice])
 
     async def post(self, url, body, cast_to):
-        if url == "/chat/completions":
+        if url in ("/chat/completions", "/completions"):
             return await super().post(url, body, cast_to)
         raise AssertionError(f"a plain OpenAI server has no {url}")

@@ -94,8 +94,6 @@ def test_messages_read_as_objects_and_tool_calls_flat():
 def test_unsupported_classes_fail_in_one_line():
     with pytest.raises(NotImplementedError, match="^vfrl does not support PythonEnv: it needs .*sandboxes$"):
         vf.PythonEnv(dataset=[{"question": "q"}])
-    with pytest.raises(NotImplementedError, match="message_type='completion' is not supported"):
-        vf.SingleTurnEnv(dataset=[{"question": "q"}], message_type="completion")
 
 
 def test_reasoning_gym_env_scores_the_tasks_own_answer():

@@ -11,7 +11,9 @@ the id, logprob and mask lists stay empty.
 
 Dataset rows (list of dicts or a HF `datasets.Dataset`): `question` (or a chat `prompt`), optional
 `answer`, `info`, `task`, `example_id`. `system_prompt` and `few_shot` build the chat prompt from
-`question`. A dataset may also be a function that returns one (verifiers' `dataset=build_dataset`):
+`question`. With `message_type="completion"` (a model without a chat template) the prompt is one text,
+the completion the text sampled after it (`completion_prompt` says how a row becomes that text).
+A dataset may also be a function that returns one (verifiers' `dataset=build_dataset`):
 it is called on first use of the split, so an environment whose data comes from the network loads
 without it, and fails when (and only if) that split is read.
 """
@@ -26,7 +28,7 @@ from vfrl.envs.faults import (
     RolloutFaults, is_rejected_request, one_line, request_error_text, start_clock, time_left,
 )
 from vfrl.envs.group_request import GroupRequest
-from vfrl.envs.messages import messages
+from vfrl.envs.messages import content_text, message_field, messages
 from vfrl.envs.parsers import Parser
 from vfrl.envs.rubric import Rubric
 
@@ -48,8 +50,10 @@ class TokenBranch:
 @dataclass
 class Rollout:
     example_id: int
-    prompt: Messages
-    completion: Messages  # every message after the prompt: model replies, tool/env messages
+    prompt: Messages | str  # a str for message_type="completion"
+    # every message after the prompt: model replies, tool/env messages; for message_type="completion" the text
+    # after the prompt, the model's and the environment's
+    completion: Messages | str
     answer: Any  # as the row gives it (verifiers keeps an integer an integer)
     prompt_ids: list[int]  # the first turn's prompt tokens (this and the next three: empty in text mode)
     completion_ids: list[int]  # everything after them: model tokens of every turn, env tokens between
@@ -64,8 +68,9 @@ class Rollout:
     # [start, end) of each model turn inside completion_ids
     turn_spans: list[tuple[int, int]] = field(default_factory=list)
     # how turns after the first were sent: "chat" (vLLM's prompt ids extended the sequence),
-    # "tokens" (the template rewrote history, so the sequence went on as raw token ids) or "text"
-    # (record_tokens=False: plain chat requests, no token sequence kept)
+    # "tokens" (the template rewrote history, so the sequence went on as raw token ids), "completion"
+    # (message_type="completion": /v1/completions, later turns as token ids) or "text"
+    # (record_tokens=False: plain requests, no token sequence kept)
     sequence_mode: str = "chat"
     error: str | None = None  # why the rollout ended early, if a request failed
     # reward function name -> what went wrong (raised, hung, NaN, not a number); reward is 0 when any did
@@ -104,6 +109,16 @@ class DatasetBuildError(RuntimeError):
 
 # the row keys every environment fills in; the others reach reward functions by name, as in verifiers
 ROW_FIELDS = ("prompt", "question", "answer", "info", "task", "example_id")
+MESSAGE_TYPES = ("chat", "completion")
+
+
+def completion_prompt(prompt: Messages | str) -> str:
+    """The text a message_type="completion" environment sends: a text prompt as is; chat messages (a `prompt`
+    of messages, or the one built from `system_prompt`, `few_shot` and `question`) as their texts joined by a
+    blank line, without roles, as verifiers' completions client writes them."""
+    if isinstance(prompt, str):
+        return prompt
+    return "\n\n".join(content_text(message_field(m, "content")) for m in prompt)
 
 
 class Environment:
@@ -121,10 +136,10 @@ class Environment:
         sampling_args: dict[str, Any] | None = None,
         message_type: str = "chat",
     ):
-        if message_type != "chat":
-            # verifiers' text-completion prompts (a string prompt, /v1/completions): not implemented here
-            raise NotImplementedError(f"message_type={message_type!r} is not supported by vfrl: "
-                                      "only chat prompts (message_type='chat')")
+        if message_type not in MESSAGE_TYPES:
+            raise ValueError(f"message_type must be 'chat' or 'completion' (a text prompt for a model without a "
+                             f"chat template), got {message_type!r}")
+        self.message_type = message_type
         self.system_prompt = system_prompt
         self.few_shot = list(few_shot or [])
         self.parser = parser or Parser()
@@ -185,15 +200,21 @@ class Environment:
             out.append(row)
         return out
 
-    def prompt_of(self, row: dict[str, Any]) -> Messages:
+    def prompt_of(self, row: dict[str, Any]) -> Messages | str:
+        """The row's `prompt` as given, else `system_prompt`, the `few_shot` messages and `question` as a user
+        message; for message_type="completion", that as one text (`completion_prompt`)."""
+        if isinstance(row.get("prompt"), str):
+            if self.message_type != "completion":
+                raise ValueError(f"{self.env_id}: a row's prompt is text ({row['prompt'][:40]!r}), which a chat "
+                                 "environment cannot send; give it message_type='completion', or chat messages")
+            return row["prompt"]
         if "prompt" in row:
-            return [dict(m) for m in row["prompt"]]
-        messages: Messages = []
-        if self.system_prompt:
-            messages.append({"role": "system", "content": self.system_prompt})
-        messages += [dict(m) for m in self.few_shot]
-        messages.append({"role": "user", "content": row["question"]})
-        return messages
+            messages = [dict(m) for m in row["prompt"]]
+        else:
+            messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+            messages += [dict(m) for m in self.few_shot]
+            messages.append({"role": "user", "content": row["question"]})
+        return completion_prompt(messages) if self.message_type == "completion" else messages
 
     async def rollout(self, client, model: str, row: dict[str, Any], example_id: int, sampling: dict[str, Any],
                       record_tokens: bool = True) -> Rollout:
@@ -211,8 +232,10 @@ class Environment:
         state = state if state is not None else {"truncated": rollout.truncated}
         # the row's other columns too, by name, as verifiers passes them
         extra = {k: v for k, v in (state.get("input") or {}).items() if k not in ROW_FIELDS}
+        # a completion environment's text stays a str (verifiers hands it so); chat messages read both ways
+        prompt, completion = (x if isinstance(x, str) else messages(x) for x in (rollout.prompt, rollout.completion))
         rollout.reward, rollout.metrics = await self.rubric.score(
-            **extra, prompt=messages(rollout.prompt), completion=messages(rollout.completion), answer=rollout.answer,
+            **extra, prompt=prompt, completion=completion, answer=rollout.answer,
             state=state, task=rollout.task, info=rollout.info,
         )
         rollout.reward_errors = dict(state.get("reward_errors") or {})  # the rubric's record, see rubric.py

@@ -6,6 +6,10 @@ state)` and optionally `setup_state(state)`; each may be sync or async. Methods 
 lives for one rollout and reaches the rubric: it starts with prompt, answer, task, info, example_id,
 turn (model replies so far), completion, truncated, input (the dataset row) and trajectory (one
 step per model reply: its prompt, completion and whether it was truncated).
+
+With `message_type="completion"` the conversation is one text: `messages` is the prompt and the
+completion so far (a str), `env_response` returns the text to append (a str, "" for none), each reply's
+text is appended as sampled, and `state["completion"]` is the text after the prompt.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from vfrl.envs.environment import Environment, Messages, Rollout
 from vfrl.envs.faults import is_rejected_request, request_error_text
 from vfrl.envs.messages import Message, messages as as_messages
 from vfrl.envs.rubric import call_with_named_args
-from vfrl.envs.sampling import SequenceError, TurnSampler
+from vfrl.envs.sampling import CompletionSampler, SequenceError, TurnSampler
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +40,15 @@ def stop(func=None, priority: int = 0):
         return f
 
     return mark if func is None else mark(func)
+
+
+def extend(conversation: Messages | str, new: Messages | str) -> Messages | str:
+    """`conversation` followed by `new`: text is joined into a new str, a list of messages grows in place (the
+    list a rollout's state holds stays that list)."""
+    if isinstance(conversation, str):
+        return conversation + new
+    conversation += new
+    return conversation
 
 
 class MultiTurnEnv(Environment):
@@ -65,7 +78,7 @@ class MultiTurnEnv(Environment):
     def is_completed(self, messages: Messages, state: dict[str, Any]) -> bool:
         return False
 
-    def env_response(self, messages: Messages, state: dict[str, Any]) -> Messages:
+    def env_response(self, messages: Messages | str, state: dict[str, Any]) -> Messages | str:
         raise NotImplementedError(f"{type(self).__name__} must implement env_response(messages, state)")
 
     def tools_for_request(self) -> list[dict[str, Any]] | None:
@@ -75,19 +88,21 @@ class MultiTurnEnv(Environment):
     # ---- the loop ----
     async def rollout_with_state(self, client, model: str, row: dict[str, Any], example_id: int,
                                  sampling: dict[str, Any], record_tokens: bool = True) -> tuple[Rollout, dict[str, Any]]:
+        text = self.message_type == "completion"  # the conversation is one str (see the module docstring)
         prompt = self.prompt_of(row)
-        prompt = as_messages(prompt)
+        prompt = prompt if text else as_messages(prompt)
         state: dict[str, Any] = {
             "prompt": prompt, "answer": row.get("answer", ""), "task": row.get("task", "default"),
-            "info": dict(row.get("info") or {}), "example_id": example_id, "turn": 0, "completion": [],
+            "info": dict(row.get("info") or {}), "example_id": example_id, "turn": 0, "completion": "" if text else [],
             "truncated": False, "input": row, "trajectory": [],
         }
         state = await maybe_await(self.setup_state(state)) or state
-        messages = as_messages(prompt)
-        completion: Messages = state["completion"]
-        sampler = TurnSampler(client, model, {**self.sampling_args, **sampling}, self.sampler_flags,
-                              tools=self.tools_for_request(), record_tokens=record_tokens)
-        new: Messages = []
+        messages = prompt if text else as_messages(prompt)
+        completion = state["completion"]
+        sampling = {**self.sampling_args, **sampling}
+        sampler = CompletionSampler(client, model, sampling, record_tokens) if text else TurnSampler(
+            client, model, sampling, self.sampler_flags, tools=self.tools_for_request(), record_tokens=record_tokens)
+        new: Messages | str = "" if text else []
         error = None
         while not await self.finished(messages, state):
             try:
@@ -101,10 +116,11 @@ class MultiTurnEnv(Environment):
                 log.warning("rollout of example %s ended at turn %d: %s", example_id, state["turn"], e)
                 error, state["truncated"] = request_error_text(e) if is_rejected_request(e) else str(e), True
                 break
-            reply = Message(turn.message)
-            state["trajectory"].append({"prompt": list(messages), "completion": [reply], "is_truncated": turn.truncated})
-            messages.append(reply)
-            completion.append(reply)
+            reply = turn.message if text else [Message(turn.message)]
+            state["trajectory"].append({"prompt": messages if text else list(messages), "completion": reply,
+                                        "is_truncated": turn.truncated})
+            messages, completion = extend(messages, reply), extend(completion, reply)
+            state["completion"] = completion
             state["turn"] += 1
             if turn.truncated:
                 state["truncated"] = True
@@ -114,9 +130,9 @@ class MultiTurnEnv(Environment):
             new = await maybe_await(self.env_response(messages, state))
             if isinstance(new, tuple):  # verifiers' older (messages, state) return form
                 new, state = new
-            new = as_messages(new)
-            messages += new
-            completion += new
+            new = self.env_turn(new)
+            messages, completion = extend(messages, new), extend(completion, new)
+            state["completion"] = completion
         seq = sampler.seq
         return Rollout(
             example_id=example_id, prompt=prompt, completion=completion, answer=state["answer"],
@@ -124,6 +140,15 @@ class MultiTurnEnv(Environment):
             completion_mask=seq.completion_mask, policy=model, truncated=state["truncated"], task=state["task"],
             info=state["info"], turn_spans=seq.turn_spans, sequence_mode=sampler.mode, error=error,
         ), state
+
+    def env_turn(self, new: Any) -> Messages | str:
+        """What env_response returned, checked against the message type: a str to append to a completion
+        environment's text, messages for a chat one."""
+        if (self.message_type == "completion") != isinstance(new, str):
+            wanted = "the text to append (a str)" if self.message_type == "completion" else "a list of messages"
+            raise TypeError(f"{type(self).__name__}.env_response returned {type(new).__name__}; a "
+                            f"message_type={self.message_type!r} environment returns {wanted}")
+        return new if isinstance(new, str) else as_messages(new)
 
 
 class SingleTurnEnv(MultiTurnEnv):

@@ -16,9 +16,14 @@ The training sequence is built only from token ids vLLM returned, never by re-to
   earlier turns are never re-rendered. The environment remembers the mismatch and sends later
   turns this way from the start (`sequence_mode = "tokens"`).
 
+A `message_type="completion"` environment has no chat template: `CompletionSampler` sends its text
+to `/v1/completions` (the first turn as text, later turns as token ids, `sequence_mode =
+"completion"`; its docstring says why).
+
 Text mode (`record_tokens=False`, what `vf-eval` uses against a server that is not vLLM): every
-turn is a plain chat request with no logprobs and no vLLM fields, replies are appended as text, and
-no token sequence is kept (`sequence_mode = "text"`). Training never uses it.
+turn is a plain chat request (a completions request for a completion environment) with no logprobs
+and no vLLM fields, replies are appended as text, and no token sequence is kept (`sequence_mode =
+"text"`). Training never uses it.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import httpx
 import openai
@@ -56,16 +61,43 @@ def sampling_request(sampling: dict[str, Any], record_tokens: bool = True) -> di
     return {**kwargs, "logprobs": True, "extra_body": extra}
 
 
-async def post_chat(client, model: str, messages: Messages, kwargs: dict[str, Any]) -> SimpleNamespace:
-    """A chat completion as `client.chat.completions.create(model=, messages=, **kwargs)` returns it, for the
-    fields vfrl reads, at a fraction of the client's CPU: the body is sent as given (no typed transform) and
-    the JSON reply becomes nested namespaces instead of validated pydantic models. On the trainer's core that
-    parsing was the larger part of a step's event loop (n choices x max_tokens logprob objects a reply).
-    Errors are the client's own (openai.BadRequestError, ...): `post` raises them as `create` does."""
-    body = {"model": model, "messages": messages, **{k: v for k, v in kwargs.items() if k != "extra_body"},
-            **kwargs.get("extra_body", {})}
-    resp = await client.post("/chat/completions", body=body, cast_to=httpx.Response)
+async def post_plain(client, path: str, payload: dict[str, Any], kwargs: dict[str, Any]) -> SimpleNamespace:
+    """A completion as `client.chat.completions.create(**payload, **kwargs)` (path "/chat/completions") or
+    `client.completions.create` ("/completions") returns it, for the fields vfrl reads, at a fraction of the
+    client's CPU: the body is sent as given (no typed transform) and the JSON reply becomes nested namespaces
+    instead of validated pydantic models. On the trainer's core that parsing was the larger part of a step's
+    event loop (n choices x max_tokens logprob objects a reply). Errors are the client's own
+    (openai.BadRequestError, ...): `post` raises them as `create` does."""
+    body = {**payload, **{k: v for k, v in kwargs.items() if k != "extra_body"}, **kwargs.get("extra_body", {})}
+    resp = await client.post(path, body=body, cast_to=httpx.Response)
     return json.loads(resp.content, object_hook=lambda d: SimpleNamespace(**d))
+
+
+async def post_chat(client, model: str, messages: Messages, kwargs: dict[str, Any]) -> SimpleNamespace:
+    """`client.chat.completions.create(model=, messages=, **kwargs)` through `post_plain`."""
+    return await post_plain(client, "/chat/completions", {"model": model, "messages": messages}, kwargs)
+
+
+async def tokenize(client, body: dict[str, Any]) -> list[int]:
+    """The ids of vLLM's `/tokenize` (at the server's root, beside /v1) for `body`: `messages` (rendered with
+    the chat template) or a `prompt` text."""
+    resp = await client.post(f"{server_root(client.base_url)}/tokenize", body=body, cast_to=httpx.Response)
+    return list(resp.json()["tokens"])
+
+
+async def first_request(sampling: dict[str, Any], key: Any, send: Callable[[dict[str, Any]], Awaitable[Any]]):
+    """A rollout's first response: the group's shared request when the rollout is in one (group_request.py),
+    else `send(sampling)`. `key` is what the request asks besides its sampling (the messages and tools, the
+    prompt text); `send(s)` sends it with sampling `s`."""
+    member = group_member()
+    if member is None or "n" in sampling:
+        return await send(sampling)
+    group, index = member
+    seed = sampling.get("seed")
+    group_sampling = {**sampling, "seed": seed - index} if seed is not None else sampling
+    resp = await group.claim(index, (key, {k: v for k, v in sampling.items() if k != "seed"}),
+                             lambda n: send({**group_sampling, "n": n}))
+    return resp if resp is not None else await send(sampling)
 
 
 def plain(obj: Any) -> Any:
@@ -100,17 +132,24 @@ def returned(obj: Any, name: str) -> Any:
     return value
 
 
-async def probe_token_ids(client, model: str) -> str | None:
-    """Ask the server for one token the way token mode does. None when it answers with vLLM's token
-    ids and logprobs; else why not, in a few words (the server refused the fields, or ignored them)."""
+async def probe_token_ids(client, model: str, completion: bool = False) -> str | None:
+    """Ask the server for one token the way token mode does: a chat request, or with `completion` a
+    `/v1/completions` one (a message_type="completion" environment, a model that may have no chat template).
+    None when it answers with vLLM's token ids and logprobs; else why not, in a few words (the server
+    refused the fields, or ignored them)."""
+    request = sampling_request({"max_tokens": 1})
     try:
-        resp = await client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": "Hi"}], **sampling_request({"max_tokens": 1}))
+        if completion:
+            resp = await client.completions.create(model=model, prompt="Hi", **{**request, "logprobs": 0})
+        else:
+            resp = await client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hi"}],
+                                                        **request)
     except (openai.BadRequestError, openai.UnprocessableEntityError) as e:
         detail = re.sub(r"^Error code: \d+ - ", "", " ".join(str(e.message).split()))
         return f"it answered HTTP {e.status_code}: {detail[:160]}"
     choice = resp.choices[0]
-    for obj, name in ((resp, "prompt_token_ids"), (choice, "token_ids"), (choice, "logprobs")):
+    prompt_ids_on = choice if completion else resp  # a completions reply has them on each choice
+    for obj, name in ((prompt_ids_on, "prompt_token_ids"), (choice, "token_ids"), (choice, "logprobs")):
         if getattr(obj, name, None) is None:
             return f"its replies carry no {name}"
     return None
@@ -150,7 +189,7 @@ class TokenSequence:
 
 @dataclass
 class ModelTurn:
-    message: dict[str, Any]  # the assistant message to append to the conversation
+    message: dict[str, Any] | str  # the assistant message to append to the conversation (a completion's text)
     truncated: bool  # stopped by max_tokens
 
 
@@ -208,16 +247,7 @@ class TurnSampler:
 
     # ---- chat path ----
     async def _first_chat(self, messages: Messages):
-        """The first turn: the group's shared request when this rollout is in one (group_request.py)."""
-        member = group_member()
-        if member is None or "n" in self.sampling:
-            return await self._chat(messages)
-        group, index = member
-        seed = self.sampling.get("seed")
-        key = (messages, {k: v for k, v in self.sampling.items() if k != "seed"}, self.tools)
-        group_sampling = {**self.sampling, "seed": seed - index} if seed is not None else self.sampling
-        resp = await group.claim(index, key, lambda n: self._chat(messages, {**group_sampling, "n": n}))
-        return resp if resp is not None else await self._chat(messages)
+        return await first_request(self.sampling, (messages, self.tools), lambda s: self._chat(messages, s))
 
     async def _chat(self, messages: Messages, sampling: dict[str, Any] | None = None):
         kwargs = sampling_request(sampling or self.sampling, self.record_tokens)
@@ -275,12 +305,10 @@ class TurnSampler:
         return ModelTurn(message, truncated=choice.finish_reason == "length")
 
     async def _tokenize(self, messages: Messages, add_generation_prompt: bool) -> list[int]:
-        root = server_root(self.client.base_url)
         body: dict[str, Any] = {"model": self.model, "messages": messages, "add_generation_prompt": add_generation_prompt}
         if self.tools:
             body["tools"] = self.tools
-        resp = await self.client.post(f"{root}/tokenize", body=body, cast_to=httpx.Response)
-        return list(resp.json()["tokens"])
+        return await tokenize(self.client, body)
 
     async def _delta_ids(self, new_messages: Messages, last_token: int) -> list[int]:
         """Tokens of `new_messages` + the generation prompt, as they follow a finished model reply.
@@ -305,6 +333,66 @@ class TurnSampler:
 
 class SequenceError(RuntimeError):
     """A turn's tokens cannot be joined to the sequence; the rollout ends there."""
+
+
+class CompletionSampler:
+    """Samples the turns of one `message_type="completion"` rollout through `/v1/completions` and records
+    them in `self.seq`: the model continues text, no chat template is involved.
+
+    - Turn 0 sends the prompt text. vLLM tokenizes it as its tokenizer does (special tokens written in the
+      text read as those tokens; a BOS where the tokenizer adds one) and returns the ids it used
+      (`prompt_token_ids`): they become `prompt_ids`, and the sampled ids with their logprobs open
+      `completion_ids`. A group's first turns go out as one request with `n` (group_request.py).
+    - Turn k > 0 sends token ids: the sequence so far, then the environment's new text as the server's
+      `/tokenize` reads it alone (no special tokens added), which enter the sequence with mask 0. Sending
+      the whole text again would have vLLM tokenize the model's replies afresh, and that need not give the
+      ids it sampled (a reply sampled in pieces that make one token, a reply's last newline merging with
+      the environment's first): the model would continue a sequence other than the one trained, and a prefix
+      check like the chat path's would throw such samples away. With ids it continues exactly
+      `prompt_ids + completion_ids`, at one /tokenize call a turn.
+
+    A turn's text is vLLM's `text`: a stop string is left out of it, as vLLM returns it, while its tokens
+    stay in the sequence the model goes on from, as sampled (`sequence_mode = "completion"`). Text mode
+    (`record_tokens=False`): every turn sends the whole text so far as a plain completions request (the
+    first turns of a group as one, as above).
+    """
+
+    def __init__(self, client, model: str, sampling: dict[str, Any], record_tokens: bool = True):
+        self.client = client
+        self.model = model
+        self.sampling = sampling
+        self.record_tokens = record_tokens
+        self.seq = TokenSequence()  # stays empty in text mode
+        self.mode = "completion" if record_tokens else "text"
+        self.turns = 0  # model replies sampled so far
+
+    async def sample(self, text: str, new_text: str) -> ModelTurn:
+        """Sample the continuation of `text` (the prompt and the completion so far); `new_text` is the part
+        the environment added since the last reply."""
+        if not self.turns:
+            resp = await first_request(self.sampling, text, lambda s: self._complete(text, s))
+            if self.record_tokens:
+                self.seq.prompt_ids = list(returned(resp.choices[0], "prompt_token_ids"))
+        elif not self.record_tokens:
+            resp = await self._complete(text, self.sampling)
+        else:
+            delta = await tokenize(self.client, {"model": self.model, "prompt": new_text,
+                                                 "add_special_tokens": False}) if new_text else []
+            resp = await self._complete(self.seq.ids + delta, self.sampling)
+            self.seq.add_env(delta)
+        choice = resp.choices[0]
+        if self.record_tokens:
+            logprobs = returned(returned(choice, "logprobs"), "token_logprobs")
+            self.seq.add_model(list(returned(choice, "token_ids")), list(logprobs))
+        self.turns += 1
+        return ModelTurn(choice.text or "", truncated=choice.finish_reason == "length")
+
+    async def _complete(self, prompt: str | list[int], sampling: dict[str, Any]):
+        kwargs = sampling_request(sampling, self.record_tokens)
+        if not self.record_tokens:  # any OpenAI-compatible server: its own client, no vLLM fields
+            return await self.client.completions.create(model=self.model, prompt=prompt, **kwargs)
+        kwargs["logprobs"] = 0  # completions: the sampled token's logprob only
+        return await post_plain(self.client, "/completions", {"model": self.model, "prompt": prompt}, kwargs)
 
 
 def parse_tool_calls(message: dict[str, Any]) -> list[dict[str, Any]]:

@@ -89,6 +89,8 @@ def tool_schema(func: Callable, skip: list[str] | tuple[str, ...] = ()) -> dict[
 class ToolEnv(MultiTurnEnv):
     def __init__(self, tools: list[Callable] | None = None, max_turns: int = 10, **kwargs):
         super().__init__(max_turns=max_turns, **kwargs)
+        if self.message_type == "completion":  # as verifiers: tools travel in chat requests only
+            raise ValueError(f"{type(self).__name__}: tools need chat messages; message_type='completion' has none")
         self.tools: list[Callable] = []
         self.oai_tools: list[dict[str, Any]] = []
         self.tool_map: dict[str, Callable] = {}

@@ -40,7 +40,7 @@ app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
 class TokenIds(str, Enum):
     auto = "auto"  # token mode when the server returns vLLM's ids, else text mode
     on = "on"  # token mode; a server without ids is an error
-    off = "off"  # text mode: plain chat requests, no ids or logprobs recorded
+    off = "off"  # text mode: plain chat (or completions) requests, no ids or logprobs recorded
 
 
 def parse_json_object(text: str | None, flag: str) -> dict[str, Any]:
@@ -113,11 +113,12 @@ async def served_models(client) -> list[str]:
     return [m.id async for m in client.models.list()]
 
 
-async def choose_token_mode(client, model: str, token_ids: TokenIds, base_url: str) -> bool:
-    """Whether to record token ids (token mode) or evaluate on text; `auto` probes the server once."""
+async def choose_token_mode(client, model: str, token_ids: TokenIds, base_url: str, completion: bool = False) -> bool:
+    """Whether to record token ids (token mode) or evaluate on text; `auto` probes the server once, on the
+    route the environment's requests take (`completion`: /v1/completions)."""
     if token_ids is not TokenIds.auto:
         return token_ids is TokenIds.on
-    why_not = await probe_token_ids(client, model)
+    why_not = await probe_token_ids(client, model, completion)
     if why_not is not None:
         typer.echo(f"{PROG}: {base_url} does not return vLLM token ids ({why_not}); evaluating on text, "
                    "without token ids or logprobs (--token-ids off skips this check)", err=True)
@@ -184,7 +185,7 @@ def evaluate(
     env_args: Annotated[Optional[str], typer.Option("--env-args", "-a", help="""load_environment() keyword args as JSON, e.g. '{"num_eval_examples": 10}'.""")] = None,
     output: Annotated[Optional[Path], typer.Option("--output-dir", "-o", help="Folder for results.jsonl and metadata.json \\[default: outputs/evals/<env>--<model>/<timestamp>].")] = None,
     renderer: Annotated[Optional[str], typer.Option("--renderer", help="""verifiers 0.4 packages: the `renderers` renderer for the prompts, a name (qwen3) or JSON ('{"name": "default", "tool_parser": "hermes"}') \\[default: found from the model's name].""")] = None,
-    token_ids: Annotated[TokenIds, typer.Option("--token-ids", case_sensitive=False, help="Record vLLM's token ids and logprobs per rollout: 'on' needs vLLM, 'off' sends plain chat requests (any OpenAI-compatible server), 'auto' asks the server once and falls back to text with a notice.")] = TokenIds.auto,
+    token_ids: Annotated[TokenIds, typer.Option("--token-ids", case_sensitive=False, help="Record vLLM's token ids and logprobs per rollout: 'on' needs vLLM, 'off' sends plain requests without them (any OpenAI-compatible server), 'auto' asks the server once and falls back to text with a notice.")] = TokenIds.auto,
 ) -> None:
     """Evaluate ENV_ID: N examples x R rollouts against the server; print the mean reward and each metric's mean.
 
@@ -271,7 +272,8 @@ async def run_job(job: EvalJob, env) -> None:
         out = job.output or output_dir(job.env_id, model)
         if (out / "results.jsonl").exists():
             fail(PROG, f"{out / 'results.jsonl'} already exists; pass another -o folder (vf-eval never overwrites results)")
-        record_tokens = await choose_token_mode(client, model, job.token_ids, base_url)
+        record_tokens = await choose_token_mode(client, model, job.token_ids, base_url,
+                                                completion=getattr(env, "message_type", "chat") == "completion")
         out.mkdir(parents=True, exist_ok=True)
         t0 = time.time()
         rollouts, faults = await sample_with_progress(job, env, client, model, out / "results.jsonl", record_tokens)
