@@ -11,7 +11,7 @@ It is registered in `renderers` as `hermes-text` when a verifiers 0.4 environmen
 `env.renderer = { name = "default", tool_parser = "hermes-text", chat_template = "<file or template>" }`: the
 default renderer renders with the model's own template (or the one given), and a template that writes an
 assistant message's `tool_calls` back as the same blocks keeps the conversation's tokens the ones it sampled
-(configs/templates/chatml_tool_calls.jinja).
+(configs/templates/smollm2_tool_calls.jinja).
 """
 
 from __future__ import annotations
