@@ -168,7 +168,7 @@ def test_a_hung_sync_call_holds_up_no_other_call_nor_the_exit_of_the_process(tmp
     done = run_script(
         tmp_path,
         "import asyncio, threading\n"
-        "from vfrl.envs.daemon_pool import DaemonPool\n"
+        "from vfrl.daemon_pool import DaemonPool\n"
         "pool = DaemonPool('t', size=1)\n"
         "async def main():\n"
         "    try:\n"
@@ -187,7 +187,7 @@ def test_a_thread_still_in_torch_at_exit_does_not_abort_the_process(tmp_path):
     done = run_script(
         tmp_path,
         "import asyncio, sys, torch\n"
-        "from vfrl.envs.daemon_pool import DaemonPool, exit_process\n"
+        "from vfrl.daemon_pool import DaemonPool, exit_process\n"
         "pool = DaemonPool('reward-model', size=2)\n"
         "def score():\n"
         "    while True:\n"
@@ -205,7 +205,7 @@ def test_exit_process_waits_for_threads_about_to_finish(tmp_path):
     done = run_script(
         tmp_path,
         "import asyncio, atexit, time\n"
-        "from vfrl.envs.daemon_pool import DaemonPool, exit_process\n"
+        "from vfrl.daemon_pool import DaemonPool, exit_process\n"
         "atexit.register(lambda: print('atexit ran'))\n"
         "pool = DaemonPool('t', size=1)\n"
         "async def main():\n"

@@ -8,7 +8,7 @@ function broke. Why it failed goes to `state["reward_errors"]` (name -> reason),
 environment copies onto the rollout. The other functions still run (those after one that used
 up the time limit do not), and training goes on.
 
-Sync functions run in worker threads (daemon_pool.py), so that one that never returns can be given
+Sync functions run in worker threads (vfrl/daemon_pool.py), so that one that never returns can be given
 up on at the time limit; they may therefore run concurrently with other rollouts' functions.
 """
 
@@ -20,7 +20,7 @@ import logging
 import math
 from typing import Any, Callable
 
-from vfrl.envs.daemon_pool import DaemonPool
+from vfrl.daemon_pool import DaemonPool
 from vfrl.envs.faults import one_line, time_left
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ import types
 import typing
 from typing import Any, Callable, Literal
 
-from vfrl.envs.daemon_pool import DaemonPool
+from vfrl.daemon_pool import DaemonPool
 from vfrl.envs.environment import Messages
 from vfrl.envs.multiturn import MultiTurnEnv
 from vfrl.envs.sampling import parse_tool_calls

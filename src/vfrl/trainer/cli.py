@@ -12,7 +12,7 @@ from transformers.utils import logging as hf_logging
 
 from vfrl.config import load_config
 from vfrl.cpu_cores import TRAINER_CORES_ENV, pin
-from vfrl.envs.daemon_pool import exit_process
+from vfrl.daemon_pool import exit_process
 from vfrl.inference.server import API_KEY_ENV
 from vfrl.run_dir import RunDir
 from vfrl.launcher.memory import TRAINER_LOADS_AFTER_VLLM_ENV
