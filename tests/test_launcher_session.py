@@ -16,6 +16,7 @@ from vfrl.launcher import procs, tmux
 from vfrl.launcher.config_errors import load_user_config
 from vfrl.launcher.pane_env import write_environment
 from vfrl.launcher.plan import Machine, inference_epilogue, make_plan, pane_script, trainer_epilogue
+from vfrl.proc_table import pid_alive
 from vfrl.run_dir import RunDir
 
 VF_RL = str(Path(sys.executable).parent / "vf-rl")
@@ -267,5 +268,5 @@ def test_epilogue_kills_a_server_that_ignores_sigterm_with_its_children(tmp_path
     assert "trainer exited with code 130" in out.stdout
     assert server.wait(timeout=10) == -9
     time.sleep(0.2)
-    assert not [k for k in kids if procs.pid_alive(k)]
+    assert not [k for k in kids if pid_alive(k)]
     assert (tmp_path / "trainer.exitcode").read_text().strip() == "130"

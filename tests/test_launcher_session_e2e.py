@@ -19,6 +19,7 @@ import pytest
 from conftest import against_server, tmux_socket, write_config
 from test_launcher_session import fake_run
 from vfrl.launcher import procs, tmux
+from vfrl.proc_table import stat
 
 pytestmark = pytest.mark.e2e
 VF_RL = str(Path(sys.executable).parent / "vf-rl")
@@ -61,7 +62,7 @@ def run_processes(socket_name: str, session: str, run_dir: Path) -> set[int]:
     assert procs.pane_processes(leaders, run_dir) == found  # the environment marker finds the same ones
     server = int((run_dir / "inference.pid").read_text())
     assert server in {p.pid for p in found}
-    assert any((st := procs._stat(p.pid)) and st[0] == server for p in found), \
+    assert any((st := stat(p.pid)) and st[0] == server for p in found), \
         "vLLM's engine core (a child of the server) should be among the run's processes"
     return found
 

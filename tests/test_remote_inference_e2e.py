@@ -14,7 +14,7 @@ import pytest
 
 from conftest import log_since, tmux_socket
 from vfrl.launcher.plot import read_metrics
-from vfrl.launcher.procs import pid_alive
+from vfrl.proc_table import pid_alive
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import time
 
-from vfrl.launcher.procs import group_members
+from vfrl.proc_table import group_members
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 

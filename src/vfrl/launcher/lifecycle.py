@@ -18,6 +18,7 @@ from typing import Callable
 import libtmux
 
 from vfrl.launcher import procs, tmux
+from vfrl.proc_table import pid_alive
 from vfrl.run_dir import RunDir, read_jsonl
 from vfrl.trainer.failure import TRACEBACK_END, TRACEBACK_START
 
@@ -142,7 +143,7 @@ def run_ended(run_dir: Path, pane: str) -> bool:
     if not paths.exit_code("trainer").exists():
         return False
     if pane == "inference" and (pid_file := paths.inference_pid).is_file():
-        return not procs.pid_alive(int(pid_file.read_text() or 0))
+        return not pid_alive(int(pid_file.read_text() or 0))
     return True
 
 

@@ -14,7 +14,8 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+
+from vfrl.proc_table import stat, table
 
 MARKER = "VFRL_RUN_DIR"
 
@@ -23,33 +24,6 @@ MARKER = "VFRL_RUN_DIR"
 class Proc:
     pid: int
     start: int  # clock ticks after boot: with the pid it names one process, even once the pid is reused
-
-
-class Stat(NamedTuple):
-    ppid: int
-    pgrp: int
-    sid: int
-    start: int  # clock ticks after boot: with the pid, names one process for good
-
-
-def _stat(pid: int) -> Stat | None:
-    """What /proc/<pid>/stat says of a live process; None if it is gone or a zombie."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) "; fields[0] is field 3 (state)
-    if fields[0] == "Z":
-        return None
-    return Stat(int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]))
-
-
-def _all() -> dict[int, Stat]:
-    out = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (st := _stat(int(entry))):
-            out[int(entry)] = st
-    return out
 
 
 def _has_marker(pid: int, marker: bytes) -> bool:
@@ -62,28 +36,19 @@ def _has_marker(pid: int, marker: bytes) -> bool:
 def pane_processes(leaders: list[int], run_dir: Path | None = None) -> set[Proc]:
     """Live processes of the run: the live pane shells `leaders`, their sessions and descendants, and
     (given run_dir) every process that carries the run's marker."""
-    table = _all()
-    found = {p for p in leaders if p in table}
-    found |= {pid for pid, st in table.items() if st.sid in found}
+    processes = table()
+    found = {p for p in leaders if p in processes}
+    found |= {pid for pid, st in processes.items() if st.sid in found}
     if run_dir is not None:
         marker = f"{MARKER}={run_dir}".encode()
-        found |= {pid for pid in table if _has_marker(pid, marker)}
-    while children := {pid for pid, st in table.items() if st.ppid in found} - found:
+        found |= {pid for pid in processes if _has_marker(pid, marker)}
+    while children := {pid for pid, st in processes.items() if st.ppid in found} - found:
         found |= children
-    return {Proc(pid, table[pid].start) for pid in found}
+    return {Proc(pid, processes[pid].start) for pid in found}
 
 
 def alive(procs: set[Proc]) -> set[Proc]:
-    return {p for p in procs if (st := _stat(p.pid)) and st.start == p.start}
-
-
-def pid_alive(pid: int) -> bool:
-    return _stat(pid) is not None
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes of process group `pgid`."""
-    return [pid for pid, st in _all().items() if st.pgrp == pgid]
+    return {p for p in procs if (st := stat(p.pid)) and st.start == p.start}
 
 
 def describe(procs: set[Proc]) -> str:

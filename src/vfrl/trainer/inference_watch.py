@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 
 from vfrl.inference.endpoints import server_root
-from vfrl.launcher.procs import pid_alive
+from vfrl.proc_table import pid_alive
 
 
 class InferenceLost(RuntimeError):
