@@ -29,9 +29,6 @@ if TYPE_CHECKING:  # scripts/gpu_check.py reads model shapes on machines that ma
 GIB = 2**30
 # the bundled accelerate configs that shard weights, gradients and optimizer states over the trainer processes
 SHARDED_CONFIGS = ("zero3", "fsdp")
-# set in the trainer pane when it shares a GPU with vLLM: vLLM sizes its KV cache by how much the GPU's free
-# memory drops while it starts, whoever allocated it, so the trainer loads its model only once vLLM is up
-TRAINER_LOADS_AFTER_VLLM_ENV = "VFRL_TRAINER_LOADS_AFTER_VLLM"
 # CUDA context + cuBLAS workspaces of one process on a recent GPU; torch's allocator does not see it and
 # vLLM's --gpu-memory-utilization budget does not include it, so each process on a shared GPU costs this extra.
 CUDA_CONTEXT = 0.5 * GIB

@@ -33,9 +33,9 @@ from typing import Mapping, Sequence
 from vfrl.bundle import bundled
 from vfrl.config import ACCELERATE_CONFIGS, SHARED_UTILIZATION_UNKNOWN_SIZE, RLConfig
 from vfrl.cpu_cores import TRAINER_CORES_ENV
+from vfrl.gpu_share import TRAINER_LOADS_AFTER_VLLM_ENV
 from vfrl.launcher.memory import (
-    CUDA_CONTEXT, SHARDED_CONFIGS, TRAINER_LOADS_AFTER_VLLM_ENV, Need, find_model_config, gib, model_shape,
-    trainer_need, vllm_need,
+    CUDA_CONTEXT, SHARDED_CONFIGS, Need, find_model_config, gib, model_shape, trainer_need, vllm_need,
 )
 from vfrl.launcher.pane_env import source_line
 from vfrl.launcher.procs import MARKER
