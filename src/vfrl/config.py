@@ -208,14 +208,14 @@ class TrainerArgs(Strict):
     lora_sync: Literal["adapter", "merged"] = Field(
         "adapter", description="How a LoRA policy reaches vLLM after each step: \"adapter\" loads it as a runtime "
         "LoRA adapter (policy-N); \"merged\" reloads vLLM's weights in place with the adapter merged in, so vLLM "
-        "serves no LoRA (its CPU build applies LoRA with unfused torch ops: the quick start generates 2x faster "
-        "merged, docs/benchmarks.md).")
+        "serves no LoRA (its CPU build applies LoRA with unfused torch ops, so merged generation is much faster "
+        "there, docs/benchmarks.md).")
     # async generation
     max_concurrent: int = Field(
         1024, ge=1, description="Rollouts in flight at most, training and eval together (verifiers' default). At "
-        "1024 a whole batch goes out at once and vLLM schedules it; 64, the old default, sent the quick start's 128 "
-        "rollouts in two waves, and vLLM spent 10% more CPU a step (docs/benchmarks.md, item 14). Lower it for "
-        "environments whose rollouts hold scarce resources (sandboxes, tool servers).")
+        "1024 a whole batch goes out at once and vLLM schedules it; a cap below the batch sends it in waves, each "
+        "with engine steps of its own (64 sends the quick start's 128 rollouts in two, at more vLLM CPU a step). "
+        "Lower it for environments whose rollouts hold scarce resources (sandboxes, tool servers).")
     generation_timeout: float = Field(600.0, gt=0)
     inference_timeout: float = Field(
         120.0, gt=0, description="Seconds without an answer from vLLM's /health before the trainer treats the "

@@ -8,9 +8,9 @@ VFRL_TRAINER_CORES (the rest). Cores this process may not use are left out; none
 
 Once vLLM serves, its API server (HTTP, request and reply handling, detokenizing) is let out onto every core
 vf-vllm was given (`free_api_server`); its engine core and workers, started by then, stay on vLLM's cores. On
-2 cores the engine core and the API server otherwise share one core while the trainer's idles part of the
-step: the quick start's step is 8-12% shorter with the API server free (docs/benchmarks.md, item 18). The
-engine core stays pinned: it busy-waits on its queues, and let out it took the trainer's core (item 4).
+2 cores the engine core and the API server would otherwise share one core while the trainer's idles part of
+the step (docs/benchmarks.md, "The levers that hold"). The engine core stays pinned: it busy-waits on its
+queues, and let out it would take the trainer's core.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ stall every rollout. Run in a thread, the loop can stop waiting for it at a time
 itself cannot be stopped and is left to finish. The threads are daemons, so an abandoned one never
 keeps the process alive at exit (a `ThreadPoolExecutor` joins its threads at exit, and would hang
 there), and a new one starts whenever none is idle, so hung threads never hold up other calls.
-Threads are reused: starting one per call cost ~0.5 ms here, three times a pooled call. At most
+Threads are reused: starting one per call costs several times a call on a pooled thread. At most
 `size` calls per event loop run at once; one given up on no longer counts, so the threads number
 `size` plus the hung ones.
 

@@ -7,7 +7,7 @@ that same program text here: it is executed once as a module, and each rollout a
 arguments verifiers' `launch_chat_program` builds for the subprocess. verifiers allows it (`Harness.launch`: "a
 harness may run its loop in-process instead of launching a program, as long as every model call goes through
 `endpoint` + `secret`"): the model's calls still go through the rollout's interception server and its tools
-through MCP and the `/tool` gate, so the trace is recorded as before.
+through MCP and the `/tool` gate, so the trace is recorded as for the subprocess.
 
 What differs from the subprocess:
 - the loop uses this process's openai, mcp and httpx (vfrl's verifiers extra pins them as verifiers does), not the
@@ -15,7 +15,7 @@ What differs from the subprocess:
 - it shares this process: a rollout's loop is cancelled (verifiers' timeouts), never killed, and its working
   directory is the trainer's (the chat loop has no file or shell tools);
 - program variables (`harness.env`, `forward_env`) cannot be given to it: a config that sets them is refused;
-- its HTTP clients share one TLS context (httpx reads the CA bundle for each one otherwise, 24 ms a rollout) and are
+- its HTTP clients share one TLS context (httpx reads the CA bundle for each one otherwise, on every rollout) and are
   closed when its run ends, as the process's exit closed them;
 - the program's exit code and stderr, which verifiers reads to say why a rollout failed, are its `SystemExit`
   and the traceback of what it raised.

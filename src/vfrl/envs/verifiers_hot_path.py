@@ -1,17 +1,15 @@
 """Two costs on every verifiers 0.4 rollout that are not verifiers' work, taken off vf-train's one Python thread.
 
-A profile of 32 rollouts of a one-turn taskset (benchmarks/verifiers_v1_overhead.py, docs/benchmarks.md) found
-them among the largest items, with nothing of verifiers' own behaviour behind them:
+A profile of a batch of rollouts of a one-turn taskset (benchmarks/verifiers_v1_overhead.py, docs/benchmarks.md)
+shows them among the largest items, with nothing of verifiers' own behaviour behind them:
 
 - **pydantic's default-factory check.** verifiers builds its trace graph with `model_construct`, and pydantic 2.14
   asks, for every field with a `default_factory`, on every call, whether the factory takes the validated data:
   `inspect.signature(factory)`, which for builtins such as `list` and `dict` parses a text signature and copies
-  `sys.modules` each time (about 1 ms a rollout here; pydantic/pydantic#13376 fixed the same for private
-  attributes only). The answer depends on the factory alone, so it is computed once per factory.
+  `sys.modules` each time (pydantic/pydantic#13376 fixed the same for private attributes only). The answer depends on the factory alone, so it is computed once per factory.
 - **httpcore's connection pool.** verifiers' train client (one `AsyncOpenAI` for every rollout, posting token ids
   to vLLM) runs on httpx, whose pool walks every queued request against every connection, asking each socket
-  for its peer name, whenever a request starts or ends: quadratic in the requests in flight, a quarter of the
-  batch's time at 32. The train client gets openai's aiohttp-backed httpx client instead (`httpx-aiohttp`, the
+  for its peer name, whenever a request starts or ends: quadratic in the requests in flight. The train client gets openai's aiohttp-backed httpx client instead (`httpx-aiohttp`, the
   `openai[aiohttp]` extra), with verifiers' own timeout and limits: the same requests over another transport.
 
 Both are applied once per process, when the first verifiers 0.4 environment is built.

@@ -4,14 +4,14 @@ A push of full weights (use_lora = false, lora_sync = "merged") asks four things
 requests and let the running ones finish on the old weights, reload the weights in place (the worker
 extension's `vfrl_reload_weights`), drop the prefix cache the old weights computed (when vLLM keeps one), admit
 requests again.
-As four HTTP calls (/pause?mode=wait, /collective_rpc, /reset_prefix_cache, /resume) they took 38 of a
-quick-start push's 82 ms, 20 of them a fixed sleep at the end of vLLM's `pause_generation`, there so that
-the drained requests' last outputs reach their callers before the pause call returns (its comment: not
-needed for correctness). This route makes the same engine calls from inside the API server, without the
-sleep: the drained requests were computed on the old weights all the same.
+As four HTTP calls (/pause?mode=wait, /collective_rpc, /reset_prefix_cache, /resume) they are four round trips
+and a fixed 20 ms sleep at the end of vLLM's `pause_generation`, there so that the drained requests' last
+outputs reach their callers before the pause call returns (its comment: not needed for correctness). This
+route makes the same engine calls from inside the API server, without the sleep: the drained requests were
+computed on the old weights all the same.
 
 vf-vllm adds it as an ASGI middleware (vLLM's `--middleware`, inside the API-key check) when it serves full
-weights. A reload that fails leaves generation paused, as before: the served model may be half loaded, and
+weights. A reload that fails leaves generation paused: the served model may be half loaded, and
 the trainer stops on the error.
 """
 
@@ -49,7 +49,7 @@ async def stage_weights(engine, directory: str, version: int) -> tuple[int, dict
 def caches_prefixes(engine) -> bool:
     """Whether vLLM keeps a prefix cache, whose blocks the old weights computed. Without one (a server started with
     `enable_prefix_caching = false`) there is nothing to drop, and the reset, an engine round trip that walks every
-    KV block (3-5 ms of the quick start's push with vLLM's 8,192 CPU blocks), is left out."""
+    KV block (thousands with the CPU build's default cache), is left out."""
     cache = getattr(getattr(engine, "vllm_config", None), "cache_config", None)
     return getattr(cache, "enable_prefix_caching", True) is not False
 

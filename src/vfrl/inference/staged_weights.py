@@ -1,8 +1,8 @@
 """The next policy loaded and packed while vLLM still samples from the one before (CPU build).
 
 A full-weight push pauses vLLM while the worker loads every tensor into the served model and rebuilds each
-linear layer's packed CPU handle (worker_extension.py): ~9 of the ~17 ms the quick start's generation waits
-between two batches (docs/benchmarks.md, item 21). The trainer writes a policy's file while the batch before it
+linear layer's packed CPU handle (worker_extension.py): most of what the next batch's generation waits for
+between two batches (docs/benchmarks.md). The trainer writes a policy's file while the batch before it
 is still being sampled, so the worker can do that work then: into a second copy of the weights and handles,
 in a thread free to run on a core the engine core does not use. The paused reload then only swaps the two
 copies (`StagedWeights.take`): each parameter's storage and each layer's packed handle, pointer moves.
@@ -16,7 +16,7 @@ every loader call got a tensor exactly as the file yielded it.
 
 Where it applies: the CPU build's in-place reload, a model run eagerly (its weights read at each forward, not
 captured in a compiled graph), weights of at most STAGE_MAX_BYTES (the copy doubles them in host memory).
-Anything else reloads in place as before.
+Anything else reloads in place, paused.
 """
 
 from __future__ import annotations

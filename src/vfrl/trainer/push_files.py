@@ -2,11 +2,10 @@
 weights with the adapter merged in.
 
 Both are asked of the same model at every step, while the trainer's loop waits (RLTrainer.push). peft's
-state dicts walk every module each time: ~2.5 ms for the adapter and ~1.6 ms for the merged weights of the
-quick start's model, against a 0.37 s step. So each is asked of peft once per model and kept as a plan:
-the parameter behind each tensor, whose values the optimizer changes in place. A tensor that is not a
-parameter's own storage (a copy, a cast: another peft method) leaves that model without a plan, and peft is
-asked at every push as before.
+state dicts walk every module each time, a cost that for a small model is most of the push. So each is asked
+of peft once per model and kept as a plan: the parameter behind each tensor, whose values the optimizer
+changes in place. A tensor that is not a parameter's own storage (a copy, a cast: another peft method) leaves
+that model without a plan, and peft is asked at every push.
 """
 
 from __future__ import annotations
@@ -23,10 +22,10 @@ _MERGE_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def save_adapter(model, path: Path) -> None:
     """peft's `save_pretrained` (adapter_config.json, adapter_model.safetensors) without what it redoes at every
-    call for nothing, on the trainer's critical path at every step (measured on the tiny model): the README
-    model card, whose Jinja template is compiled each time (~50 of ~80 ms); and save_embedding_layers = "auto",
-    which re-reads and parses the base model's config.json to see whether the vocabulary was resized (~40% of
-    what was left): decided once per model instead (embedding_layers_saved). Where `path` already holds an
+    call for nothing, on the trainer's critical path at every step: the README model card, whose Jinja template
+    is compiled each time (most of a small adapter's save); and save_embedding_layers = "auto", which re-reads
+    and parses the base model's config.json to see whether the vocabulary was resized: decided once per model
+    instead (embedding_layers_saved). Where `path` already holds an
     adapter of this model (a recycled directory), only its tensors are rewritten (rewritten_adapter)."""
     if rewritten_adapter(model, path):
         return

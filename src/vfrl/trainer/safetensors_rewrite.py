@@ -1,8 +1,8 @@
 """Write a push's safetensors file over the one two pushes back, in place.
 
 Every push of a run writes the same names, shapes and dtypes: only the values change. A file allocated anew
-costs the trainer more than the copy of its bytes (on this project's 2-core VM, ext4: 1-5 ms for the quick
-start's 1.2 MB, against 0.4 ms to overwrite one of the same size). So a sync hands its oldest kept
+costs the trainer more than the copy of its bytes (the filesystem allocates its blocks again; an overwrite of
+a file of the same size only copies). So a sync hands its oldest kept
 directory to the next write (run_dir.atomic_directory's `reuse`), and `save_file` here overwrites the data
 of the file it finds there when that file's header is the one safetensors would write for these tensors:
 the result is, byte for byte, what `safetensors.torch.save_file` writes, which it calls otherwise.

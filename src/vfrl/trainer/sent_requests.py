@@ -2,10 +2,9 @@
 
 Why the loop waits for it: when generation bounds the step (the loop waited for the last batch), the next
 batch's requests and the training step start at the same moment, in one process. The training step's Python
-holds the GIL most of the time the event loop would send, so on the 2-core CPU quick start the 16 group
-requests went out 12 to 41 ms into the batch and vLLM began the batch late. Training that starts once they
-are out is later by what it does not need (the step waits for generation anyway), and the batch earlier:
-the quick start's step 6.5-8% shorter (docs/benchmarks.md).
+holds the GIL most of the time the event loop would send, so the requests would go out late and vLLM would
+begin the batch late. Training that starts once they are out is later by what it does not need (the step
+waits for generation anyway), and the batch earlier, so the step is shorter (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 One thread, always the same, for the steps, the adapter and checkpoint saves and the collectives: a new
 thread per step (asyncio.to_thread) gave each step a glibc malloc arena of its own, which kept the GBs the
-step freed (the 19M benchmark model at 128 rollouts a step grew to 20 GiB and was OOM-killed).
+step freed, until a run of a 19M-parameter model at 128 rollouts a step was OOM-killed.
 
 The join on the way out raises no stop signal (stop_signals.noted). On Python 3.11 a KeyboardInterrupt landing in
 Thread.join marks the thread stopped while it still runs (threading._wait_for_tstate_lock, bpo-45274), so
