@@ -123,7 +123,7 @@ def server_argv(model: str, host: str, port: int, max_lora_rank: int | None, ext
     args.update(extra)
     if _cpu_build() and not any(int(args.get(k) or 1) > 1 for k in PARALLEL_SIZES):
         # One worker, in the engine core's process (with VLLM_ENABLE_V1_MULTIPROCESSING=0, server_env): the
-        # CPU build otherwise spawns a worker process that imports vLLM again, ~8 of a start's ~34 s here.
+        # CPU build otherwise spawns a worker process that imports vLLM and torch again, on every start.
         args.setdefault("distributed_executor_backend", "uni")
     ours = []
     if args.get("enable_scale_out"):
@@ -155,9 +155,9 @@ def server_env(base: dict[str, str], full_weights: bool = False, argv: list[str]
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         if "--enforce-eager" in argv and small_vocabulary(argv):
             # eager, all of it: vLLM still compiles one helper of its sampler's logprobs with torch.compile, on the
-            # first request that asks for logprobs (the trainer's first batch): ~3 s of a CPU core. Eager, that
-            # helper costs a pass over each sampled row's vocabulary: nothing for the quick start's 99 tokens,
-            # 0.1 s a decode step of 128 rows for Qwen's 151,936 (docs/benchmarks.md, item 22)
+            # first request that asks for logprobs (the trainer's first batch), seconds of a CPU core. Eager, that
+            # helper costs a pass over each sampled row's vocabulary: nothing for a vocabulary this small, more
+            # than the compile saves for a real model's (docs/benchmarks.md)
             env.setdefault("TORCH_COMPILE_DISABLE", "1")
     return env
 

@@ -17,10 +17,9 @@ layer's current weight and names the layers that disagree.
 On the CPU build the reload is our own, in place (`reloads_in_place`): at start-up `keep_weights_when_packing`
 makes vLLM keep each linear layer's weight beside its packed handle (they are dropped otherwise), so a push
 is the model's own `load_weights` into those weights plus a repack of every handle. vLLM's layerwise reload
-(moving every layer to the meta device and back, wrapping each weight loader) cost ~10 ms of Python a push on
-the quick start's 2-layer model, a fixed cost per layer. The price is the linear weights held twice in host
-memory (plain and packed). Quantized or MoE models, and any layer packed without its weight, go through vLLM's
-reload as before.
+(moving every layer to the meta device and back, wrapping each weight loader) is Python with a fixed cost per
+layer, most of a push for a small model. The price is the linear weights held twice in host memory (plain and
+packed). Quantized or MoE models, and any layer packed without its weight, go through vLLM's reload.
 
 Where the in-place reload applies to a small model run eagerly, the first push also decides whether later ones
 can be staged (`staged_copy`, vfrl.inference.staged_weights): `vfrl_stage_weights(dir, version)` loads and packs
