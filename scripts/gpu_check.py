@@ -126,7 +126,7 @@ def check_machine(ctx: Context) -> dict:
     out = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
            "packages": {m: _version(m) for m in ("transformers", "peft", "accelerate", "deepspeed", "vllm", "pydantic")}}
     try:
-        from vfrl.launcher.plan import detect_machine
+        from vfrl.launcher.machine import detect_machine
     except ImportError as e:  # pydantic missing: the trainer checks will say so; the GPU itself is still worth a look
         machine = None
         out["launcher_probe"] = f"not importable here: {e}"
@@ -459,7 +459,8 @@ def check_shared_plan(ctx: Context) -> dict:
 
     from vfrl.launcher.config_errors import load_user_config
     from vfrl.launcher.memory import CUDA_CONTEXT
-    from vfrl.launcher.plan import Machine, detect_machine, make_plan
+    from vfrl.launcher.machine import Machine, detect_machine
+    from vfrl.launcher.plan import make_plan
 
     cfg = load_user_config(ROOT / "configs" / "rl" / "qwen2.5-0.5b-instruct.toml")
     cfg.model = str(ctx.model_dir)

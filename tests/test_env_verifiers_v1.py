@@ -278,7 +278,7 @@ def test_a_verifiers_package_starts_without_uv(monkeypatch):
     verifiers' own harnesses needs uv, which vf-train says in one line as it loads the package
     (test_missing_uv_at_load_is_one_line_for_a_seat_that_runs_a_verifiers_harness)."""
     from vfrl.inference import scale_out
-    from vfrl.launcher.plan import environment_problem
+    from vfrl.launcher.preflight import environment_problem
 
     monkeypatch.setattr(scale_out, "find_uv", lambda: None)
     assert environment_problem("v1-reverse") is None
@@ -303,7 +303,7 @@ def test_env_renderer_names_a_renderers_config_or_is_refused_in_one_line():
 
     from vfrl.config import RLConfig
     from vfrl.envs.verifiers_v1 import V1EnvironmentError, renderer_config
-    from vfrl.launcher.plan import environment_problem
+    from vfrl.launcher.preflight import environment_problem
 
     assert isinstance(renderer_config("e", "qwen3"), Qwen3RendererConfig)
     made = renderer_config("e", {"name": "default", "tool_parser": "hermes-text"})

@@ -15,10 +15,11 @@ from vfrl.bundle import bundle_root
 from vfrl.config import RLConfig
 from vfrl.launcher import cli
 from vfrl.launcher.config_errors import load_user_config
-from vfrl.launcher import plan as plan_module
-from vfrl.launcher.plan import (
-    Machine, PlanError, detect_machine, gpu_memory_mib, make_plan, render_plan, split_gpus, visible_gpu_ids,
-)
+from vfrl.launcher import machine as machine_module
+from vfrl.launcher import preflight
+from vfrl.launcher.machine import Machine, detect_machine, gpu_memory_mib, visible_gpu_ids
+from vfrl.launcher.plan import PlanError, make_plan, split_gpus
+from vfrl.launcher.render import render_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden"
@@ -201,7 +202,7 @@ def test_gpu_memory_is_the_smallest_total_among_the_visible_gpus():
 def test_panes_get_the_users_gpu_ids_not_0_to_n(tmp_path, monkeypatch):
     """Started with CUDA_VISIBLE_DEVICES=2,3: vLLM gets physical GPU 2 and the trainer 3."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
-    monkeypatch.setattr(plan_module, "nvidia_smi", lambda *args: SMI_QUERY.replace("40960", "81559"))
+    monkeypatch.setattr(machine_module, "nvidia_smi", lambda *args: SMI_QUERY.replace("40960", "81559"))
     machine = detect_machine()
     assert (machine.gpus, machine.gpu_ids, machine.gpu_memory_mib) == (2, ("2", "3"), 81559)
     plan = make_plan(cfg(1, 1), tmp_path / "run", "s", machine, tmp_path)
@@ -437,7 +438,7 @@ def test_a_host_beyond_loopback_is_announced_in_one_line(tmp_path, monkeypatch, 
 def test_the_quick_start_dry_run_on_one_gpu_shows_the_shared_plan(tmp_path, monkeypatch):
     """`CUDA_VISIBLE_DEVICES=0 vf-rl @ configs/rl/quickstart.toml --dry-run`, as issue 11 tried it."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    monkeypatch.setattr(plan_module, "nvidia_smi", lambda *args: "0, GPU-aaaa, 81559\n")
+    monkeypatch.setattr(machine_module, "nvidia_smi", lambda *args: "0, GPU-aaaa, 81559\n")
     monkeypatch.chdir(tmp_path)
     local_model(tmp_path, "tiny-reverse", TINY)
     (tmp_path / "cfg.toml").write_text((ROOT / "configs/rl/quickstart.toml").read_text())
@@ -518,5 +519,5 @@ def test_liger_kernels_without_the_package_are_named_before_anything_starts(monk
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "liger_kernel" else real(name, *a))
-    assert "pip install liger-kernel" in plan_module.liger_problem(cfg(use_liger_kernel=True))
-    assert plan_module.liger_problem(cfg()) is None
+    assert "pip install liger-kernel" in preflight.liger_problem(cfg(use_liger_kernel=True))
+    assert preflight.liger_problem(cfg()) is None

@@ -15,7 +15,9 @@ from conftest import write_config, tmux_socket
 from vfrl.launcher import procs, tmux
 from vfrl.launcher.config_errors import load_user_config
 from vfrl.launcher.pane_env import write_environment
-from vfrl.launcher.plan import Machine, inference_epilogue, make_plan, pane_script, trainer_epilogue
+from vfrl.launcher.machine import Machine
+from vfrl.launcher.plan import make_plan
+from vfrl.launcher.render import inference_epilogue, pane_script, trainer_epilogue
 from vfrl.proc_table import pid_alive
 from vfrl.run_dir import RunDir
 

@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from conftest import tmux_socket
 from vfrl.launcher import cli
-from vfrl.launcher.plan import model_problem
+from vfrl.launcher.preflight import model_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 

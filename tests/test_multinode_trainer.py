@@ -43,7 +43,8 @@ def rl_config(trainer: dict, **args):
 
 # ---------- on paper: the commands per node ----------
 def test_each_node_gets_the_same_rendezvous_and_its_own_rank(tmp_path):
-    from vfrl.launcher.plan import Machine, make_plan, rendezvous_flags
+    from vfrl.launcher.machine import Machine
+    from vfrl.launcher.plan import make_plan, rendezvous_flags
 
     cfg = rl_config({"gpus": 2, "nodes": 3, "main_address": "node-01", "main_port": 29611}, batch_size=48)
     plan = make_plan(cfg, tmp_path / "run", "s", Machine(gpus=8, cpus=64), tmp_path)
@@ -65,7 +66,8 @@ def test_each_node_gets_the_same_rendezvous_and_its_own_rank(tmp_path):
 
 
 def test_one_process_per_node_on_the_cpu_is_still_a_distributed_launch(tmp_path):
-    from vfrl.launcher.plan import Machine, make_plan
+    from vfrl.launcher.machine import Machine
+    from vfrl.launcher.plan import make_plan
 
     plan = make_plan(rl_config({"gpus": 0, "nodes": 2}), tmp_path / "run", "s", Machine(gpus=0, cpus=4), tmp_path,
                      environ={})
@@ -107,7 +109,8 @@ def fake_scontrol(tmp_path: Path, monkeypatch, script: str) -> None:
 
 
 def test_main_address_is_the_slurm_jobs_first_host(tmp_path, monkeypatch):
-    from vfrl.launcher.plan import Machine, PlanError, main_address, make_plan
+    from vfrl.launcher.machine import Machine
+    from vfrl.launcher.plan import PlanError, main_address, make_plan
 
     fake_scontrol(tmp_path, monkeypatch, '[ "$1 $2 $3" = "show hostnames gpu[07-08]" ] && printf "gpu07\\ngpu08\\n"')
     assert main_address({"SLURM_JOB_NODELIST": "gpu[07-08]"}) == "gpu07"

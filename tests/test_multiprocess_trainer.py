@@ -120,7 +120,8 @@ def test_processes_key_counts_in_the_batch_rule_and_must_match_trainer_gpus():
 
 
 def test_cpu_plan_launches_n_gloo_processes(tmp_path):
-    from vfrl.launcher.plan import Machine, make_plan
+    from vfrl.launcher.machine import Machine
+    from vfrl.launcher.plan import make_plan
 
     plan = make_plan(rl_config({"gpus": 0, "processes": 2}), tmp_path / "run", "s", Machine(gpus=0, cpus=8), tmp_path)
     cmd = plan.trainer.command

@@ -18,7 +18,8 @@ from vfrl.config import RLConfig
 from vfrl.inference.remote import server_problems
 from vfrl.launcher import cli, procs, tmux
 from vfrl.launcher.config_errors import ConfigError, load_user_config
-from vfrl.launcher.plan import Machine, PlanError, make_plan
+from vfrl.launcher.machine import Machine
+from vfrl.launcher.plan import PlanError, make_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 VF_RL = str(Path(sys.executable).parent / "vf-rl")

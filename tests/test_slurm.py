@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from vfrl.config import RLConfig
 from vfrl.launcher import cli, slurm
-from vfrl.launcher.plan import Machine, PlanError, make_plan
+from vfrl.launcher.machine import Machine
+from vfrl.launcher.plan import PlanError, make_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGIN_NODE = Machine(gpus=0, cpus=4)

@@ -165,7 +165,8 @@ class GRPOTrainer:
 
     def _serve_here(self):
         from vfrl.launcher.cli import free_port, new_run_dir
-        from vfrl.launcher.plan import detect_machine, make_plan
+        from vfrl.launcher.machine import detect_machine
+        from vfrl.launcher.plan import make_plan
         from vfrl.run_dir import RunDir
 
         remote = self.config.inference.base_url

@@ -28,12 +28,12 @@ from vfrl.config import RLConfig, write_config
 from vfrl.inference.endpoints import client_host
 from vfrl.launcher import lifecycle, tmux
 from vfrl.launcher.config_errors import ConfigError, load_user_config
+from vfrl.launcher.machine import Machine, detect_machine
 from vfrl.launcher.overrides import parse_overrides
 from vfrl.launcher.pane_env import write_environment
-from vfrl.launcher.plan import (
-    Machine, PlanError, detect_machine, environment_problem, inference_epilogue, liger_problem, make_plan, model_problem,
-    network_notice, pane_script, render_plan,
-)
+from vfrl.launcher.plan import PlanError, make_plan, network_notice
+from vfrl.launcher.preflight import environment_problem, liger_problem, model_problem
+from vfrl.launcher.render import pane_scripts, render_plan
 from vfrl.run_dir import RunDir
 from vfrl.trainer.failure import RESUME_COMMAND_ENV
 
@@ -308,9 +308,8 @@ def launch(srv, plan, config_path: Path, run_dir: Path, workdir: Path) -> None:
     write_environment(run_dir, os.environ)
     paths.api_key.touch(mode=0o600)
     paths.api_key.write_text(key)
-    if plan.inference is not None:
-        plan.inference.script.write_text(pane_script(plan.inference, run_dir, workdir, inference_epilogue(run_dir)))
-    plan.trainer.script.write_text(pane_script(plan.trainer, run_dir, workdir, plan.trainer_epilogue()))
+    for pane, script in pane_scripts(plan, workdir):
+        pane.script.write_text(script)
     if srv is not None:
         tmux.start_session(srv, plan, workdir)
 

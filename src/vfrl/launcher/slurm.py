@@ -26,7 +26,8 @@ from pathlib import Path
 
 from vfrl.config import RLConfig
 from vfrl.launcher import procs
-from vfrl.launcher.plan import JOB_MAIN_ADDRESS_ENV, Machine, Plan, PlanError, network_notice
+from vfrl.launcher.machine import Machine
+from vfrl.launcher.plan import JOB_MAIN_ADDRESS_ENV, Plan, PlanError, network_notice
 from vfrl.run_dir import RunDir
 from vfrl.trainer.stop_signals import SLURM_STOP
 
