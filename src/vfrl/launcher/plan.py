@@ -1,4 +1,4 @@
-"""The launch plan: which devices each pane gets and the exact script each pane runs.
+"""The launch plan: which devices each pane gets, and the command and environment each pane runs.
 
 Functions of (config, run dir, machine) that start nothing: unit-testable without GPUs, tmux or vLLM. They read
 the model's config.json (memory.py) and, for trainer.nodes > 1 in a Slurm job, its hosts (machine.py); what the
