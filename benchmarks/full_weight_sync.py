@@ -64,7 +64,7 @@ def serve(model_dir: Path, tmp: Path):
     """A vf-vllm server in full-weight mode on `model_dir`; yields (base_url, start-up seconds)."""
     from test_full_ft_parity import API_KEY
 
-    from vfrl.trainer.trainer import wait_for_server
+    from vfrl.trainer.inference_watch import wait_for_server
 
     port = free_port()
     cfg = write_config(tmp / f"config-{port}.toml", model_dir, port=port, output_dir=tmp, use_lora=False)

@@ -23,7 +23,7 @@ from pathlib import Path
 import openai
 
 from vfrl.grpo import stop_server
-from vfrl.trainer.trainer import wait_for_server
+from vfrl.trainer.inference_watch import wait_for_server
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

@@ -503,10 +503,10 @@ def trl_rows(config: dict) -> tuple[list[dict], list[dict]]:
     env = load_environment(config["env"]["id"], **config["env"].get("args", {}))
     a = trainer_args(config)
     pick = [{"prompt": r["prompt"], "answer": r["answer"]} for r in env.dataset]
-    train = pick[: len(pick) - held_out_size(env, a)]
+    train = pick[: len(pick) - held_out_size(env, a.evaluation)]
     if a.eval_strategy == "no":
         return train, []
-    ids, eval_split = eval_example_ids(env, a)
+    ids, eval_split = eval_example_ids(env, a.evaluation)
     rows = env.eval_dataset if eval_split else env.dataset
     return train, [{"prompt": rows[i]["prompt"], "answer": rows[i]["answer"]} for i in ids]
 

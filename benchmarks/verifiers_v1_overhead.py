@@ -52,7 +52,7 @@ async def timed(env, client, model: str, batch: int, per_example: int = 2) -> fl
     args = TrainerArgs(batch_size=batch, rollouts_per_example=min(batch, per_example), max_tokens=12,
                        eval_strategy="no", max_concurrent=max(batch, 8), rollout_timeout=600)
     t0 = time.perf_counter()
-    out = await Orchestrator(env, client, args).generate(0, model, 0)
+    out = await Orchestrator(env, client, args.generation).generate(0, model, 0)
     assert len(out.rollouts) == batch, out.warning
     return time.perf_counter() - t0
 

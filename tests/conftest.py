@@ -112,7 +112,7 @@ async def sample_batch(env, base_url: str, api_key: str, policy: str, version: i
     args = TrainerArgs(batch_size=2 * examples, rollouts_per_example=2, max_tokens=max_tokens, eval_strategy="no",
                        rollout_timeout=240)
     try:
-        return await Orchestrator(env, AsyncOpenAI(base_url=base_url, api_key=api_key), args).generate(0, policy, version)
+        return await Orchestrator(env, AsyncOpenAI(base_url=base_url, api_key=api_key), args.generation).generate(0, policy, version)
     finally:
         if hasattr(env, "aclose"):
             await env.aclose()

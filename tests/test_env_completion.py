@@ -19,7 +19,7 @@ import vfrl as vf
 from vfrl.envs.cli.eval import app as eval_app
 from vfrl.envs.sampling import probe_token_ids
 from vfrl.trainer.console import TrainerConsole
-from vfrl.trainer.trainer import write_rollouts
+from vfrl.trainer.run_log import write_rollouts
 
 sys.path.insert(0, str(Path(__file__).parent / "classic_pkgs"))
 

@@ -224,7 +224,7 @@ def test_a_forked_rollout_trains_every_branch_as_a_row_with_its_advantage():
                        completion_mask=[1, 0, 1])
     rollouts = [rollout(1.0, fork), rollout(0.0)]
     args = TrainerArgs(batch_size=2, rollouts_per_example=2, micro_batch_size=1, max_tokens=8)
-    tb, rewards = make_train_batch(rollouts, args, pad_id=0)
+    tb, rewards = make_train_batch(rollouts, args.batch, pad_id=0)
     assert rewards.tolist() == [1.0, 0.0] and len(tb) == 3
     assert tb.advantages.tolist() == [0.5, 0.5, -0.5]  # the fork trains with its rollout's advantage
     assert tb.input_ids[1].tolist() == [1, 5, 6, 7, 8]
@@ -432,7 +432,7 @@ def test_a_multi_turn_package_plays_its_own_env_and_its_turns_get_no_loss(tiny_m
     # 1 example x 2 episodes x 2 traces, each trace two requests
     assert len(batch.rollouts) == 4 and batch.sizes() == [4] and batch.metrics["rollouts_dropped"] == 0
     assert len(requests) == 8 and all(r.more_branches == [] for r in batch.rollouts)
-    tb, _ = make_train_batch(batch.rollouts, TrainerArgs(batch_size=2, rollouts_per_example=2, max_tokens=16), 0,
+    tb, _ = make_train_batch(batch.rollouts, TrainerArgs(batch_size=2, rollouts_per_example=2, max_tokens=16).batch, 0,
                              batch.sizes())
     assert len(tb) == 4 and tb.loss_mask.sum() == sum(sum(r.completion_mask) for r in batch.rollouts)
     for r in batch.rollouts:
@@ -492,7 +492,7 @@ def test_a_failing_episode_is_dropped_and_counted(tiny_model, harness):
             client = AsyncOpenAI(base_url=fake.base_url, api_key="k")
             args = TrainerArgs(batch_size=2, rollouts_per_example=2, max_tokens=8, eval_strategy="no")
             try:
-                return await Orchestrator(env, client, args).generate(0, "policy-0", 0)
+                return await Orchestrator(env, client, args.generation).generate(0, "policy-0", 0)
             finally:
                 await env.aclose()
 
@@ -783,7 +783,7 @@ def test_a_taskset_without_end_is_read_only_as_far_as_the_run_can_use(tiny_model
     built = v1_endless.BUILT[0]
     trainer = RLTrainer(cfg, tmp_path / "run", "http://127.0.0.1:9/v1", "k")
     assert v1_endless.BUILT[0] == built  # nothing read while loading
-    orch = Orchestrator(trainer.env, None, trainer.args)
+    orch = Orchestrator(trainer.env, None, trainer.args.generation)
     assert len(trainer.env.dataset) == 3 * 2 + 5 and v1_endless.BUILT[0] - built == 11
     assert {i for step in range(3) for i in orch.example_ids(step)} <= set(range(6))  # the last 5 are eval's
     assert "the taskset yields tasks without end; reading the first 11" in capsys.readouterr().err

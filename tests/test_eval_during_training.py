@@ -16,24 +16,24 @@ def rows(n):
 
 def test_eval_steps_baseline_every_n_and_end():
     args = TrainerArgs(eval_strategy="steps", eval_steps=4, max_steps=10, batch_size=8, rollouts_per_example=4)
-    assert [s for s in range(11) if is_eval_step(args, s)] == [0, 4, 8, 10]
-    assert not any(is_eval_step(TrainerArgs(max_steps=10), s) for s in range(11))
+    assert [s for s in range(11) if is_eval_step(args.evaluation, s)] == [0, 4, 8, 10]
+    assert not any(is_eval_step(TrainerArgs(max_steps=10).evaluation, s) for s in range(11))
 
 
 def test_eval_split_preferred_else_a_held_out_slice_training_never_sees():
     args = TrainerArgs(eval_strategy="steps", num_eval_examples=5, batch_size=8, rollouts_per_example=4)
     with_split = Environment(dataset=rows(20), eval_dataset=rows(3))
-    assert eval_example_ids(with_split, args) == ([0, 1, 2], True) and held_out_size(with_split, args) == 0
+    assert eval_example_ids(with_split, args.evaluation) == ([0, 1, 2], True) and held_out_size(with_split, args.evaluation) == 0
 
     no_split = Environment(dataset=rows(20))
-    assert eval_example_ids(no_split, args) == ([15, 16, 17, 18, 19], False)
-    orch = Orchestrator(no_split, client=None, args=args)
+    assert eval_example_ids(no_split, args.evaluation) == ([15, 16, 17, 18, 19], False)
+    orch = Orchestrator(no_split, client=None, gen=args.generation)
     seen = {i for step in range(40) for i in orch.example_ids(step)}  # 16 epochs of the train part
     assert seen == set(range(15))
 
-    assert held_out_size(no_split, TrainerArgs(batch_size=8, rollouts_per_example=4)) == 0  # eval off: all rows train
+    assert held_out_size(no_split, TrainerArgs(batch_size=8, rollouts_per_example=4).evaluation) == 0  # eval off: all rows train
     tiny = Environment(dataset=rows(6))
-    assert eval_example_ids(tiny, args)[0] == [3, 4, 5]  # never more than half the data
+    assert eval_example_ids(tiny, args.evaluation)[0] == [3, 4, 5]  # never more than half the data
 
 
 def test_summarize():
@@ -45,10 +45,10 @@ def test_summarize():
 
 
 def test_request_seeds_are_per_step_example_and_stream():
-    orch = Orchestrator(Environment(dataset=rows(8)), client=None, args=TrainerArgs(batch_size=8, rollouts_per_example=4))
+    orch = Orchestrator(Environment(dataset=rows(8)), client=None, gen=TrainerArgs(batch_size=8, rollouts_per_example=4).generation)
     seeds = {orch.request_seed(stream, step, ex) for stream in ("train", "eval") for step in range(5) for ex in range(8)}
     assert len(seeds) == 80 and all(0 <= s < 2**31 for s in seeds)
-    again = Orchestrator(Environment(dataset=rows(8)), client=None, args=TrainerArgs(batch_size=8, rollouts_per_example=4))
+    again = Orchestrator(Environment(dataset=rows(8)), client=None, gen=TrainerArgs(batch_size=8, rollouts_per_example=4).generation)
     assert again.request_seed("train", 3, 5) == orch.request_seed("train", 3, 5)
 
 

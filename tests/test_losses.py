@@ -118,7 +118,7 @@ def test_mismatch_kl_zero_when_equal_positive_otherwise():
 def test_policy_loss_dispatch_defaults_epsilon_high_to_epsilon():
     args = TrainerArgs(loss_type="ppo_clip", epsilon=0.1)
     old = torch.log(torch.tensor([[1 / 1.15]]))
-    pl = policy_loss("ppo_clip", torch.zeros(1, 1), old, torch.tensor([1.0]), torch.ones(1, 1), args)
+    pl = policy_loss(torch.zeros(1, 1), old, torch.tensor([1.0]), torch.ones(1, 1), args.loss)
     assert math.isclose(pl.per_token.item(), -1.1, rel_tol=1e-6)
 
 
@@ -175,9 +175,9 @@ def test_zero_truncated_completions_zeroes_reward_before_advantages():
     rs = [rollout([5], [6], reward=1.0, truncated=True), rollout([5], [6], reward=1.0)]
     args = TrainerArgs(rollouts_per_example=2, batch_size=2, max_tokens=4, max_seq_len=8,
                        zero_truncated_completions=True)
-    b, rewards = make_train_batch(rs, args, pad_id=0)
+    b, rewards = make_train_batch(rs, args.batch, pad_id=0)
     assert rewards.tolist() == [0.0, 1.0] and b.advantages.tolist() == [-0.5, 0.5]
-    b, rewards = make_train_batch(rs, args.model_copy(update={"zero_truncated_completions": False}), pad_id=0)
+    b, rewards = make_train_batch(rs, args.model_copy(update={"zero_truncated_completions": False}).batch, pad_id=0)
     assert rewards.tolist() == [1.0, 1.0] and b.advantages.tolist() == [0.0, 0.0]
 
 

@@ -208,7 +208,7 @@ def test_wandb_completions_table_takes_every_shape_and_mixed_answers():
 
 
 def test_rollout_files_save_every_shape_and_read_back_the_same_text(tmp_path):
-    from vfrl.trainer.trainer import write_rollouts
+    from vfrl.trainer.run_log import write_rollouts
 
     rollouts = rollouts_of(SHAPES)
     write_rollouts(tmp_path / "step_1.jsonl", rollouts)

@@ -164,7 +164,7 @@ print("wandb imported:", "wandb" in sys.modules)
 
 
 def test_trainer_log_flags_a_mismatch_jump_in_metrics_console_and_wandb(tiny_model, tmp_path, capsys):
-    """RLTrainer.log: metrics.jsonl line per step with mismatch_kl_alert, rollouts file, warning, wandb alert."""
+    """RunLog.step: metrics.jsonl line per step with mismatch_kl_alert, rollouts file, warning, wandb alert."""
     from conftest import write_config
     from vfrl.config import load_config
     from vfrl.envs.environment import Rollout
@@ -187,13 +187,13 @@ def test_trainer_log_flags_a_mismatch_jump_in_metrics_console_and_wandb(tiny_mod
         def completions(self, step, rollouts):
             self.tables.append(step)
 
-    trainer.wandb = sink = Sink()
+    trainer.run_log.wandb = sink = Sink()
     r = Rollout(example_id=1, prompt=[{"role": "user", "content": "abc"}], completion=[{"role": "assistant", "content": "cba"}],
                 answer="cba", prompt_ids=[1], completion_ids=[2], completion_logprobs=[-0.1], completion_mask=[1],
                 policy="policy-0", reward=1.0)
     batch = Batch(step=0, policy_version=0, rollouts=[r], example_ids=[1])
     for step, kl in enumerate((2e-3, 3e-3, 2e-3, 2.5e-3) * 2 + (2e-3, 3e-3, 0.06), start=1):
-        trainer.log(step, record(step, mismatch_kl=kl), batch)
+        trainer.run_log.step(step, record(step, mismatch_kl=kl), batch)
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [x["mismatch_kl_alert"] for x in lines] == [0] * 10 + [1]
     out = capsys.readouterr().out

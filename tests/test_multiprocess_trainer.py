@@ -189,8 +189,8 @@ def worker(out: Path, model: Path, mode: str) -> None:
     out.mkdir(exist_ok=True)
     run_dir = out / "run"
     args = {**ARGS, "use_lora": mode == "lora"}
-    trainer = make_trainer(model, run_dir, **args)
-    ranks = trainer.ranks
+    run = make_trainer(model, run_dir, **args)
+    trainer, ranks = run.learner, run.ranks
     batch = ranks.share(fake_batch(trainer, truncated=TRUNCATED) if ranks.is_main else None)
     stats = trainer.train_step(batch)
     shards = ranks.gather(ranks.mine(4))
@@ -204,16 +204,16 @@ def worker(out: Path, model: Path, mode: str) -> None:
         return
     # checkpoint with 2 processes: the ranks' RNG streams differ, each must get its own back
     torch.rand(1 + ranks.rank)
-    trainer.save(1, None)
+    run.save(1, None)
     draws_after_save = torch.rand(4).tolist()
     weights, lr = trainable(trainer), trainer.scheduler.get_last_lr()
     resumed = make_trainer(model, run_dir, resume_from=str(run_dir / "checkpoints" / "step-1"), **args)
     draws_after_resume = torch.rand(4).tolist()
-    after = trainable(resumed)
+    after = trainable(resumed.learner)
     (out / f"resume_rank{ranks.rank}.json").write_text(json.dumps({
         "draws_after_save": draws_after_save, "draws_after_resume": draws_after_resume,
         "same_weights": all(torch.equal(weights[n], after[n]) for n in weights),
-        "same_lr": resumed.scheduler.get_last_lr() == lr}))
+        "same_lr": resumed.learner.scheduler.get_last_lr() == lr}))
 
 
 if __name__ == "__main__":

@@ -78,7 +78,7 @@ SCRIPT = SETUP + """
     before = trainer.evaluate()  # the baseline, as the seeds advise; starts vf-vllm
     run_dir = trainer.train()  # on the same server
     after = trainer.evaluate()  # the trained policy
-    assert trainer.trainer.served == "policy-3"  # what that eval sampled from
+    assert trainer.trainer.pipeline.served == "policy-3"  # what that eval sampled from
     trainer.save_model("saved-adapter")
     print("EVAL", before["eval/num_rollouts"], after["eval/num_rollouts"], before["eval/reward_mean"], after["eval/reward_mean"])
     print("RUN_DIR", run_dir)

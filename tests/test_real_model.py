@@ -110,7 +110,7 @@ def test_eos_is_pad_and_still_gets_loss(server, smollm2, tokenizer):
     for r in rollouts:
         r.reward = float(r.example_id % 2)
     args = TrainerArgs(batch_size=8, rollouts_per_example=2, max_tokens=48, max_seq_len=160)
-    batch, _ = make_train_batch(rollouts, args, pad_id=tokenizer.pad_token_id)
+    batch, _ = make_train_batch(rollouts, args.batch, pad_id=tokenizer.pad_token_id)
     for row, r in enumerate(rollouts):
         P, n = len(r.prompt_ids), len(r.completion_ids)
         # BPE across the boundary: the row is vLLM's ids as they are, never the texts tokenized again

@@ -344,7 +344,7 @@ def test_a_later_turn_the_server_rejects_ends_the_rollout_but_keeps_its_turns():
 def orchestrator(env, client, **args):
     args = TrainerArgs(**{"rollouts_per_example": 2, "batch_size": 8, "micro_batch_size": 4, "max_tokens": 20,
                           "max_seq_len": 200, "rollout_timeout": LIMIT, "generation_timeout": 60, **args})
-    return Orchestrator(env, client, args), args
+    return Orchestrator(env, client, args.generation), args
 
 
 def test_a_lost_group_leaves_a_well_formed_batch_counted_in_the_step_metrics():
@@ -359,7 +359,7 @@ def test_a_lost_group_leaves_a_well_formed_batch_counted_in_the_step_metrics():
                              "rollouts_scoring_failed": 0.0, "rollouts_ended_early": 0.0, "reward_errors/right": 0.0}
     assert batch.warning == ("step 1: 2 of 8 rollouts dropped: 2 rejected "
                              "(HTTP 400: This model's maximum context length is 60 tokens)")
-    tb, rewards = make_train_batch(batch.rollouts, args, pad_id=0, group_sizes=batch.sizes())
+    tb, rewards = make_train_batch(batch.rollouts, args.batch, pad_id=0, group_sizes=batch.sizes())
     # a full batch's rows (the lost ones are padding without loss), advantages within each group that is left
     assert len(tb) == args.batch_size and tb.loss_mask[6:].sum() == 0 and tb.advantages[6:].tolist() == [0.0, 0.0]
     expected = [float(r) - float(rewards[i - i % 2: i - i % 2 + 2].mean()) for i, r in enumerate(rewards)]

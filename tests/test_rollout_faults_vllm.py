@@ -27,7 +27,7 @@ def test_an_overlong_prompt_is_rejected_by_vllm_and_only_its_group_is_dropped(sh
     async def generate():
         client = AsyncOpenAI(base_url=srv.base_url, api_key=srv.api_key, max_retries=0)
         try:
-            return await Orchestrator(env, client, args).generate(0, srv.model, 0)
+            return await Orchestrator(env, client, args.generation).generate(0, srv.model, 0)
         finally:
             await client.close()
 
@@ -37,5 +37,5 @@ def test_an_overlong_prompt_is_rejected_by_vllm_and_only_its_group_is_dropped(sh
     assert batch.metrics["rollouts_rejected"] == 2 and batch.metrics["rollouts_dropped"] == 2
     assert batch.warning.startswith("step 1: 2 of 8 rollouts dropped: 2 rejected (HTTP 400: ")
     assert "1024" in batch.warning  # vLLM's message names its context length
-    tb, _ = make_train_batch(batch.rollouts, args, pad_id=0, group_sizes=batch.sizes())
+    tb, _ = make_train_batch(batch.rollouts, args.batch, pad_id=0, group_sizes=batch.sizes())
     assert len(tb) == 8 and tb.loss_mask[:6].sum(-1).min() > 0 and tb.loss_mask[6:].sum() == 0

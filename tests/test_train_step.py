@@ -11,6 +11,7 @@ from vfrl.envs.environment import Rollout
 from vfrl.trainer.logprobs import naive_sequence_logprobs, sequence_logprobs, sequence_logprobs_and_entropy
 from vfrl.trainer.orchestrator import Batch
 from vfrl.trainer.reference import ReferencePolicy
+from vfrl.trainer.learner import Learner
 from vfrl.trainer.trainer import RLTrainer
 
 GROUP, GROUPS = 4, 2
@@ -24,7 +25,11 @@ def make_trainer(model_dir, run_dir, **args) -> RLTrainer:
     return RLTrainer(cfg, run_dir, base_url="http://127.0.0.1:9/v1", api_key="unused")
 
 
-def fake_batch(trainer: RLTrainer, seed: int = 0, truncated=(), env_tokens: bool = False, rewards=None) -> Batch:
+def make_learner(model_dir, run_dir, **args) -> Learner:
+    return make_trainer(model_dir, run_dir, **args).learner
+
+
+def fake_batch(trainer: Learner, seed: int = 0, truncated=(), env_tokens: bool = False, rewards=None) -> Batch:
     """Rollouts as vLLM would return them: chat-template prompt ids, sampled character ids and the sampling
     logprobs of the current policy. `env_tokens`: a multi-turn completion with 3 environment tokens inside."""
     rng = random.Random(seed)
@@ -53,18 +58,18 @@ def fake_batch(trainer: RLTrainer, seed: int = 0, truncated=(), env_tokens: bool
     return Batch(step=0, policy_version=0, rollouts=rollouts, example_ids=list(range(GROUPS)))
 
 
-def trainable(trainer: RLTrainer) -> dict[str, torch.Tensor]:
+def trainable(trainer: Learner) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
 
 
-def changed(before: dict[str, torch.Tensor], trainer: RLTrainer) -> bool:
+def changed(before: dict[str, torch.Tensor], trainer: Learner) -> bool:
     after = trainable(trainer)
     return any(not torch.equal(before[n], after[n]) for n in before)
 
 
 @pytest.mark.parametrize("loss_type", ["ratio_mask", "ppo_clip", "gspo"])
 def test_train_step_updates_the_adapter(tiny_model, tmp_path, loss_type):
-    trainer = make_trainer(tiny_model, tmp_path, loss_type=loss_type)
+    trainer = make_learner(tiny_model, tmp_path, loss_type=loss_type)
     batch = fake_batch(trainer)
     before = trainable(trainer)
     stats = trainer.train_step(batch)
@@ -78,7 +83,7 @@ def test_train_step_updates_the_adapter(tiny_model, tmp_path, loss_type):
 
 
 def test_kl_is_zero_before_the_first_update_and_positive_after(tiny_model, tmp_path):
-    trainer = make_trainer(tiny_model, tmp_path, beta=0.1)
+    trainer = make_learner(tiny_model, tmp_path, beta=0.1)
     batch = fake_batch(trainer)
     first = trainer.train_step(batch)
     assert first["kl"] == 0.0  # the adapter starts with B = 0: the policy is the reference
@@ -90,10 +95,10 @@ def test_kl_is_zero_before_the_first_update_and_positive_after(tiny_model, tmp_p
 def test_later_iterations_keep_the_sampling_policy_as_old(tiny_model, tmp_path):
     """With old = the sampler's logprobs for every iteration, ratios leave [1 - eps, 1 + eps] after the
     first update and get clipped; had "old" been recomputed each iteration, every ratio would stay 1."""
-    one = make_trainer(tiny_model, tmp_path / "one", loss_type="ppo_clip", epsilon=0.01, num_iterations=1)
+    one = make_learner(tiny_model, tmp_path / "one", loss_type="ppo_clip", epsilon=0.01, num_iterations=1)
     stats = one.train_step(fake_batch(one))
     assert stats["clip_fraction_low"] + stats["clip_fraction_high"] == 0.0
-    three = make_trainer(tiny_model, tmp_path / "three", loss_type="ppo_clip", epsilon=0.01, num_iterations=3)
+    three = make_learner(tiny_model, tmp_path / "three", loss_type="ppo_clip", epsilon=0.01, num_iterations=3)
     before = trainable(three)
     stats = three.train_step(fake_batch(three))
     assert stats["clip_fraction_low"] + stats["clip_fraction_high"] > 0.05
@@ -101,7 +106,7 @@ def test_later_iterations_keep_the_sampling_policy_as_old(tiny_model, tmp_path):
 
 
 def test_masked_truncated_rollouts_contribute_nothing(tiny_model, tmp_path):
-    trainer = make_trainer(tiny_model, tmp_path, mask_truncated_completions=True)
+    trainer = make_learner(tiny_model, tmp_path, mask_truncated_completions=True)
     batch = fake_batch(trainer, truncated=range(GROUP * GROUPS))
     before = trainable(trainer)
     stats = trainer.train_step(batch)
@@ -114,11 +119,11 @@ def test_masked_truncated_rollouts_contribute_nothing(tiny_model, tmp_path):
 
 def test_zero_truncated_completions_turns_equal_rewards_into_a_signal(tiny_model, tmp_path):
     rewards = [1.0] * (GROUP * GROUPS)  # every group's rewards equal: advantage 0, no update
-    plain = make_trainer(tiny_model, tmp_path / "plain")
+    plain = make_learner(tiny_model, tmp_path / "plain")
     before = trainable(plain)
     stats = plain.train_step(fake_batch(plain, truncated={0, 5}, rewards=rewards))
     assert stats["zero_std_groups"] == 1.0 and not changed(before, plain)
-    zeroed = make_trainer(tiny_model, tmp_path / "zeroed", zero_truncated_completions=True)
+    zeroed = make_learner(tiny_model, tmp_path / "zeroed", zero_truncated_completions=True)
     before = trainable(zeroed)
     stats = zeroed.train_step(fake_batch(zeroed, truncated={0, 5}, rewards=rewards))
     assert stats["zero_std_groups"] == 0.0 and stats["reward_mean"] == 1.0  # the rubric's reward is logged
@@ -126,11 +131,11 @@ def test_zero_truncated_completions_turns_equal_rewards_into_a_signal(tiny_model
 
 
 def test_environment_tokens_train_only_when_unmasked(tiny_model, tmp_path):
-    masked = make_trainer(tiny_model, tmp_path / "masked")
+    masked = make_learner(tiny_model, tmp_path / "masked")
     batch = fake_batch(masked, env_tokens=True)
     policy_tokens = sum(sum(r.completion_mask) for r in batch.rollouts)
     assert masked.train_step(batch)["loss_tokens"] == policy_tokens
-    unmasked = make_trainer(tiny_model, tmp_path / "unmasked", mask_env_responses=False)
+    unmasked = make_learner(tiny_model, tmp_path / "unmasked", mask_env_responses=False)
     stats = unmasked.train_step(fake_batch(unmasked, env_tokens=True))
     assert stats["loss_tokens"] == policy_tokens + 3 * GROUP * GROUPS
     # env tokens have no sampling logprob (0.0): using it would show as mismatch and as masked ratios
@@ -141,7 +146,8 @@ def test_a_batch_that_lost_rollouts_trains_logs_its_fault_counts_and_warns(tiny_
     """Faults left group 1 with one rollout of four (tests/test_rollout_faults.py makes such batches)."""
     import json
 
-    trainer = make_trainer(tiny_model, tmp_path, micro_batch_size=2)
+    run = make_trainer(tiny_model, tmp_path, micro_batch_size=2)
+    trainer = run.learner
     batch = fake_batch(trainer)
     batch.rollouts = batch.rollouts[: GROUP + 1]
     batch.group_sizes = [GROUP, 1]
@@ -154,7 +160,7 @@ def test_a_batch_that_lost_rollouts_trains_logs_its_fault_counts_and_warns(tiny_
     assert stats["loss_tokens"] == sum(len(r.completion_ids) for r in batch.rollouts)
     assert stats["rollouts_dropped"] == 3.0 and stats["reward_errors/lcs"] == 1.0
     assert stats["zero_std_groups"] == 0.5  # the group of one has no spread
-    trainer.log(1, {"step": 1, "max_steps": 4, **stats}, batch)
+    run.run_log.step(1, {"step": 1, "max_steps": 4, **stats}, batch)
     assert f"!!! WARNING: {batch.warning}" in capsys.readouterr().out
     rows = [json.loads(x) for x in (tmp_path / "rollouts" / "step_1.jsonl").read_text().splitlines()]
     assert len(rows) == GROUP + 1 and rows[0]["reward_errors"] == {"lcs": "returned nan"} and rows[1]["reward_errors"] == {}
@@ -222,7 +228,7 @@ def test_reference_of_full_fine_tuning_is_a_frozen_copy_of_the_base(tiny_model):
 
 
 def test_full_fine_tuning_step_with_kl_against_the_frozen_base(tiny_model, tmp_path):
-    trainer = make_trainer(tiny_model, tmp_path, use_lora=False, beta=0.1, learning_rate=1e-3)
+    trainer = make_learner(tiny_model, tmp_path, use_lora=False, beta=0.1, learning_rate=1e-3)
     batch = fake_batch(trainer)
     before = trainable(trainer)
     first = trainer.train_step(batch)
@@ -247,7 +253,7 @@ def test_a_bf16_step_runs_as_on_a_gpu_and_full_fine_tuning_moves_every_weight(ti
     found two faults no CPU run had: lm_head's chunks met fp32 hidden states with bf16 weights (a dtype error at
     the first step), and full fine-tuning on bf16 weights dropped every update under half a weight's rounding step
     (the 49 norm weights, at 1.0, never moved). Now the step runs and, from fp32 master weights, every weight moves."""
-    trainer = make_trainer(tiny_model, tmp_path, bf16=True, use_lora=use_lora, learning_rate=1e-5)
+    trainer = make_learner(tiny_model, tmp_path, bf16=True, use_lora=use_lora, learning_rate=1e-5)
     assert trainer.accelerator.mixed_precision == "bf16"
     batch = fake_batch(trainer)
     before = trainable(trainer)
@@ -271,8 +277,8 @@ def test_lora_adapters_take_their_bf16_inputs_as_they_are_and_train_the_same(tin
     def adapters(trainer):
         return [m for m in trainer.model.modules() if isinstance(m, BaseTunerLayer)]
 
-    kept = make_trainer(tiny_model, tmp_path / "kept", bf16=True, use_lora=True, learning_rate=1e-3)
-    cast = make_trainer(tiny_model, tmp_path / "cast", bf16=True, use_lora=True, learning_rate=1e-3)
+    kept = make_learner(tiny_model, tmp_path / "kept", bf16=True, use_lora=True, learning_rate=1e-3)
+    cast = make_learner(tiny_model, tmp_path / "cast", bf16=True, use_lora=True, learning_rate=1e-3)
     assert adapters(kept) and not any(m.cast_input_dtype_enabled for m in adapters(kept))
     for m in adapters(cast):
         m.cast_input_dtype_enabled = True  # peft's default: what the trainer did before
@@ -305,10 +311,10 @@ def test_lm_head_outside_the_forward_runs_without_its_module_hooks(tiny_model):
 def test_micro_batches_go_by_length_without_padding_columns_and_keep_the_gradient(tiny_model, tmp_path):
     from vfrl.trainer.batch import make_train_batch
 
-    whole = make_trainer(tiny_model, tmp_path / "whole", micro_batch_size=GROUP * GROUPS)
-    split = make_trainer(tiny_model, tmp_path / "split", micro_batch_size=2)
+    whole = make_learner(tiny_model, tmp_path / "whole", micro_batch_size=GROUP * GROUPS)
+    split = make_learner(tiny_model, tmp_path / "split", micro_batch_size=2)
     batch = fake_batch(whole)
-    tb, _ = make_train_batch(batch.rollouts, split.args, split.pad_id)
+    tb, _ = make_train_batch(batch.rollouts, split.args.batch, split.pad_id)
     parts = tb.micro_batches(2)
     lengths = [p.attention_mask.sum(1).tolist() for p in parts]
     assert [len(x) for x in lengths] == [2, 2, 2, 2] and sum(lengths, []) == sorted(tb.attention_mask.sum(1).tolist())
@@ -328,7 +334,7 @@ def test_a_step_lays_out_its_micro_batches_from_cpu_tensors_and_trains_as_the_ro
                                                                                       monkeypatch):
     """On a GPU, reading a micro-batch's tokens there waits for every kernel queued before: the layout
     (shared_prefix.layout) is worked out before the tensors move. Packed or not, the step is the same."""
-    from vfrl.trainer import trainer as trainer_module
+    from vfrl.trainer import learner as trainer_module
     from vfrl.trainer.shared_prefix import layout
 
     seen = []
@@ -339,8 +345,8 @@ def test_a_step_lays_out_its_micro_batches_from_cpu_tensors_and_trains_as_the_ro
         return out
 
     monkeypatch.setattr(trainer_module, "layout", spy)
-    packed = make_trainer(tiny_model, tmp_path / "packed", beta=0.1)
-    rows = make_trainer(tiny_model, tmp_path / "rows", beta=0.1)
+    packed = make_learner(tiny_model, tmp_path / "packed", beta=0.1)
+    rows = make_learner(tiny_model, tmp_path / "rows", beta=0.1)
     batch = fake_batch(packed)
     a = packed.train_step(batch)
     assert seen == [("cpu", "cpu", True)] * GROUPS  # one micro-batch per group, each packed
@@ -356,7 +362,7 @@ def test_an_adapter_push_writes_what_peft_loads_without_a_model_card(tiny_model,
 
     from vfrl.trainer.push_files import save_adapter
 
-    trainer = make_trainer(tiny_model, tmp_path / "run")
+    trainer = make_learner(tiny_model, tmp_path / "run")
     trainer.train_step(fake_batch(trainer))  # lora_B is no longer zero
     model = trainer.accelerator.unwrap_model(trainer.model)
     save_adapter(model, tmp_path / "adapter")

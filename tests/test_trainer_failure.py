@@ -38,16 +38,20 @@ def trainer(tmp_path, tiny_model, monkeypatch):
     model, opt, sched = lora_setup(tiny_model)
     run_dir = tmp_path / "outputs" / "run"
     (run_dir / "logs").mkdir(parents=True)
-    t = SimpleNamespace(model=model, optimizer=opt, scheduler=sched, accelerator=SimpleNamespace(unwrap_model=lambda m: m),
-                        checkpoints_dir=run_dir / "checkpoints", run_dir=run_dir, log_file=run_dir / "logs" / "trainer.log",
-                        steps_done=0, in_step=False, base_url="http://127.0.0.1:9/v1",
+    learner = SimpleNamespace(policy=model, optimizer=opt, scheduler=sched, steps_done=0, in_step=False)
+    t = SimpleNamespace(learner=learner, checkpoints_dir=run_dir / "checkpoints", run_dir=run_dir,
+                        log_file=run_dir / "logs" / "trainer.log", base_url="http://127.0.0.1:9/v1",
                         inference_pid_file=run_dir / "inference.pid", training_state=state, unlogged=None)
     t.keep_trained = lambda: RLTrainer.keep_trained(t)
     return t
 
 
+def model_of(trainer):
+    return trainer.learner.policy, trainer.learner.optimizer, trainer.learner.scheduler
+
+
 def test_steps_trained_without_a_checkpoint_are_saved_with_the_command_that_continues(trainer, tiny_model):
-    trainer.steps_done = 3
+    trainer.learner.steps_done = 3
     said = trainer.keep_trained()
     assert said == ("Training up to step 3 is saved in outputs/run/checkpoints/step-3; continue with: "
                     "vf-rl @ cfg.toml --resume outputs/run/checkpoints/step-3")
@@ -56,16 +60,16 @@ def test_steps_trained_without_a_checkpoint_are_saved_with_the_command_that_cont
 
 
 def test_a_checkpoint_of_every_step_done_is_not_written_again(trainer):
-    trainer.steps_done = 2
-    made = save_checkpoint(trainer.checkpoints_dir, trainer.model, trainer.optimizer, trainer.scheduler, state(2))
+    trainer.learner.steps_done = 2
+    made = save_checkpoint(trainer.checkpoints_dir, *model_of(trainer), state(2))
     before = made.stat().st_mtime_ns
     assert "Training up to step 2 is saved in outputs/run/checkpoints/step-2" in trainer.keep_trained()
     assert made.stat().st_mtime_ns == before
 
 
 def test_a_step_that_failed_halfway_is_not_saved_and_the_newest_checkpoint_is_named(trainer):
-    save_checkpoint(trainer.checkpoints_dir, trainer.model, trainer.optimizer, trainer.scheduler, state(2))
-    trainer.steps_done, trainer.in_step = 3, True
+    save_checkpoint(trainer.checkpoints_dir, *model_of(trainer), state(2))
+    trainer.learner.steps_done, trainer.learner.in_step = 3, True
     assert trainer.keep_trained() == ("The failing step's state is not saved; the newest checkpoint is "
                                       "outputs/run/checkpoints/step-2, continue with: vf-rl @ cfg.toml --resume "
                                       "outputs/run/checkpoints/step-2")
@@ -73,8 +77,8 @@ def test_a_step_that_failed_halfway_is_not_saved_and_the_newest_checkpoint_is_na
 
 
 def test_a_full_disk_loses_no_checkpoint_and_is_said_in_one_sentence(trainer):
-    good = save_checkpoint(trainer.checkpoints_dir, trainer.model, trainer.optimizer, trainer.scheduler, state(2))
-    trainer.model, trainer.steps_done = DiskFull(trainer.model), 5
+    good = save_checkpoint(trainer.checkpoints_dir, *model_of(trainer), state(2))
+    trainer.learner.policy, trainer.learner.steps_done = DiskFull(trainer.learner.policy), 5
     said = trainer.keep_trained()
     assert said == ("The emergency checkpoint could not be written ([Errno 28] No space left on device); "
                     "the newest checkpoint is outputs/run/checkpoints/step-2")
@@ -88,7 +92,7 @@ def test_nothing_trained_nothing_to_keep(trainer):
 
 
 def test_the_one_line_names_a_lost_server_and_its_log_and_exits_3(trainer):
-    trainer.steps_done = 1
+    trainer.learner.steps_done = 1
     stopped = RLTrainer.stopped_by(trainer, InferenceLost("the vLLM server (pid 42) exited"))
     assert isinstance(stopped, TrainingStopped) and stopped.code == EXIT_INFERENCE_LOST
     assert stopped.line.startswith("vf-train: the vLLM server (pid 42) exited (see outputs/run/logs/inference.log). "
@@ -97,7 +101,7 @@ def test_the_one_line_names_a_lost_server_and_its_log_and_exits_3(trainer):
 
 
 def test_a_lost_remote_server_is_named_with_its_own_log_not_one_vf_rl_never_wrote(trainer):
-    trainer.steps_done = 1
+    trainer.learner.steps_done = 1
     trainer.inference_pid_file = None  # inference.base_url: vf-rl started no server and has no inference.log
     stopped = RLTrainer.stopped_by(trainer, InferenceLost("the vLLM server at http://gpu-node-3:8000 does not answer"))
     assert stopped.code == EXIT_INFERENCE_LOST
@@ -109,12 +113,12 @@ def test_a_step_trained_before_its_push_failed_gets_its_metrics_line(trainer):
     """The loop writes a step's line after pushing the policy it trained; when that push is what failed, the
     step is in the emergency checkpoint and its line is written too (no sync time, no adapter loaded)."""
     batch = SimpleNamespace(policy_version=1, gen_start=1.0, gen_end=2.0, load_s=0.0, rollouts=[])
-    trainer.steps_done, trainer.start_step = 2, 0
+    trainer.learner.steps_done, trainer.start_step = 2, 0
     trainer.unlogged = (1, batch, {"loss": 0.5}, {"train_start": 3.0, "train_end": 4.0, "wait_s": 0.0, "save_s": 0.0})
     trainer.args = SimpleNamespace(max_steps=10)
     logged = []
-    trainer.log = lambda step, record, b: logged.append((step, record, b))
-    trainer.step_record = lambda *a: RLTrainer.step_record(trainer, *a)
+    trainer.run_log = SimpleNamespace(step=lambda step, record, b: logged.append((step, record, b)))
+    trainer.record = lambda *a: RLTrainer.record(trainer, *a)
     RLTrainer.stopped_by(trainer, InferenceLost("the vLLM server (pid 42) exited"))
     [(step, record, b)] = logged
     assert step == 2 and b is batch
@@ -154,7 +158,7 @@ def test_a_batch_past_generation_timeout_stops_the_run_in_one_line():
             await asyncio.sleep(3600)
 
     args = TrainerArgs(batch_size=4, rollouts_per_example=2, generation_timeout=0.2, rollout_timeout=0.1)
-    orch = Orchestrator(Stalls(dataset=[{"question": "q", "answer": "a"}] * 4), client=None, args=args)
+    orch = Orchestrator(Stalls(dataset=[{"question": "q", "answer": "a"}] * 4), client=None, gen=args.generation)
     with pytest.raises(BatchTimedOut) as e:
         asyncio.run(orch.generate(4, "policy-4", 4))
     assert str(e.value) == ("step 5: the batch's rollouts did not finish within generation_timeout = 0.2s; raise it, "
@@ -191,10 +195,10 @@ def test_an_interrupt_nobody_retrieved_is_a_stop_not_a_logged_error(tmp_path):
     a real error nobody retrieved still goes to the log, between the markers."""
     import asyncio
 
-    from vfrl.trainer.trainer import _unretrieved_to
+    from vfrl.trainer.failure import unretrieved_errors_to
 
     log = tmp_path / "trainer.log"
-    handle = _unretrieved_to(log)
+    handle = unretrieved_errors_to(log)
     loop = asyncio.new_event_loop()
     try:
         handle(loop, {"message": "Task exception was never retrieved", "exception": KeyboardInterrupt()})
@@ -214,14 +218,14 @@ def test_an_error_collected_at_interpreter_exit_is_dropped_quietly(tmp_path, mon
     (open is gone: NameError). asyncio would print the handler's own error on the console: it must not raise."""
     import asyncio
 
-    from vfrl.trainer import trainer as trainer_module
+    from vfrl.trainer import failure
 
     def gone(*args, **kwargs):
         raise NameError("name 'open' is not defined")
 
-    monkeypatch.setattr(trainer_module, "log_traceback", gone)
-    monkeypatch.setattr(trainer_module, "open", gone, raising=False)  # a module global shadows the builtin
-    handle = trainer_module._unretrieved_to(tmp_path / "trainer.log")
+    monkeypatch.setattr(failure, "log_traceback", gone)
+    monkeypatch.setattr(failure, "open", gone, raising=False)  # a module global shadows the builtin
+    handle = failure.unretrieved_errors_to(tmp_path / "trainer.log")
     loop = asyncio.new_event_loop()
     try:
         handle(loop, {"message": "Task exception was never retrieved", "exception": ConnectionError("refused")})
@@ -233,10 +237,10 @@ def test_an_error_collected_at_interpreter_exit_is_dropped_quietly(tmp_path, mon
 def test_on_a_shared_gpu_the_trainer_loads_its_model_only_once_vllm_is_up(tmp_path, monkeypatch):
     """vLLM counts the GPU memory that disappears while it starts as its own: the trainer waits for /health
     before it builds its model (the plan sets VFRL_TRAINER_LOADS_AFTER_VLLM on a shared GPU)."""
-    from vfrl.trainer import cli, trainer as trainer_module
+    from vfrl.trainer import cli, inference_watch
 
     events = []
-    monkeypatch.setattr(trainer_module, "wait_for_server", lambda url, timeout, pid: events.append(("wait", url)) or 0.1)
+    monkeypatch.setattr(inference_watch, "wait_for_server", lambda url, timeout, pid: events.append(("wait", url)) or 0.1)
 
     class Recorder:
         def __init__(self, cfg, run_dir, base_url, api_key):

@@ -1,5 +1,5 @@
-"""RLTrainer.push: the loop waits for the torch side (save, then save_aside) and vLLM's load runs beside the next
-step, one load at a time (weight_sync.py, trainer.py).
+"""Pipeline.push: the loop waits for the torch side (save, then save_aside) and vLLM's load runs beside the next
+step, one load at a time (weight_sync.py, pipeline.py).
 
 The real push, into a real vf-vllm, is test_full_ft_parity.py's (MergedLoraSync: `adapters/policy-N` written
 every step) and every vf-rl end-to-end test's; here a sync whose load waits on an event shows the push return
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from vfrl.trainer.pipeline import Pipeline
 from vfrl.trainer.torch_thread import TorchThread
-from vfrl.trainer.trainer import RLTrainer
 
 
 class Sync:
@@ -50,13 +50,11 @@ class Sync:
         return f"policy-{version}"
 
 
-def trainer_with(sync: Sync) -> RLTrainer:
-    trainer = RLTrainer.__new__(RLTrainer)  # only what push reads
-    trainer.torch_thread, trainer.sync, trainer.served, trainer.loading = TorchThread(), sync, None, None
-    return trainer
+def trainer_with(sync: Sync) -> Pipeline:
+    return Pipeline(sync, TorchThread())
 
 
-def run(trainer: RLTrainer, coro):
+def run(trainer: Pipeline, coro):
     try:
         return asyncio.run(coro)
     finally:

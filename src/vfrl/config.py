@@ -16,6 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from vfrl.inference.endpoints import client_host
 from vfrl.inference.lora_ranks import VLLM_LORA_RANKS
+from vfrl.sections import (
+    BatchSection, CheckpointSection, EvalSection, GenerationSection, LoraSection, LossSection, OptimizerSection,
+    SamplingSection, section,
+)
 
 
 class Strict(BaseModel):
@@ -265,6 +269,39 @@ class TrainerArgs(Strict):
         if problems:
             raise RuleError(problems)
         return self
+
+    # ---- the sections each part of the trainer is handed (sections.py) ----
+    @property
+    def loss(self) -> LossSection:
+        return section(LossSection, self)
+
+    @property
+    def batch(self) -> BatchSection:
+        return section(BatchSection, self)
+
+    @property
+    def sampling(self) -> SamplingSection:
+        return section(SamplingSection, self)
+
+    @property
+    def evaluation(self) -> EvalSection:
+        return section(EvalSection, self)
+
+    @property
+    def generation(self) -> GenerationSection:
+        return section(GenerationSection, self, sampling=self.sampling, evaluation=self.evaluation)
+
+    @property
+    def optimizer(self) -> OptimizerSection:
+        return section(OptimizerSection, self)
+
+    @property
+    def lora(self) -> LoraSection:
+        return section(LoraSection, self)
+
+    @property
+    def checkpointing(self) -> CheckpointSection:
+        return section(CheckpointSection, self)
 
 
 ACCELERATE_CONFIGS = ("single_gpu", "ddp", "zero3", "fsdp")  # bundled: configs/accelerate/<name>.yaml

@@ -229,7 +229,7 @@ class GRPOTrainer:
         from vfrl.trainer.evaluation import eval_example_ids
         from vfrl.trainer.inference_watch import InferenceLost
         from vfrl.trainer.orchestrator import Orchestrator
-        from vfrl.trainer.trainer import wait_for_server
+        from vfrl.trainer.inference_watch import wait_for_server
 
         plan = self._serve()
         if launched_rank()[0] > 0:
@@ -241,22 +241,23 @@ class GRPOTrainer:
             self.close()
             raise SystemExit(f"vfrl: evaluate: the inference server is lost: {e} (see {plan.run_dir}/logs/inference.log)")
         env = self.env or load_configured_environment(cfg.env.id, cfg.env.args, cfg.env.renderer)
-        ids, eval_split = eval_example_ids(env, cfg.args)
+        ids, eval_split = eval_example_ids(env, cfg.args.evaluation)
         if not ids:
             n = len(env.dataset)
             ids = list(range(max(0, n - cfg.args.num_eval_examples), n))
-        model = getattr(self.trainer, "served", None) or cfg.model
+        model = (self.trainer.pipeline.served if self.trainer is not None and self.trainer.pipeline is not None
+                 else None) or cfg.model
 
         async def run() -> dict[str, float]:
             client = AsyncOpenAI(base_url=self.url, api_key=self.api_key, timeout=cfg.args.generation_timeout)
             try:
-                stats, _ = await Orchestrator(env, client, cfg.args).evaluate(model, (ids, eval_split))
+                stats, _ = await Orchestrator(env, client, cfg.args.generation).evaluate(model, (ids, eval_split))
                 return stats
             finally:
                 await client.close()
 
         stats = asyncio.run(run())
-        steps = self.trainer.steps_done if self.trainer is not None else 0
+        steps = self.trainer.learner.steps_done if self.trainer is not None else 0
         append_jsonl(RunDir(plan.run_dir).metrics, {"step": steps, "max_steps": cfg.args.max_steps, **stats})
         return stats
 
@@ -277,7 +278,7 @@ class GRPOTrainer:
         if self.trainer is None:
             raise RuntimeError("save_model() saves what train() trained: call train() first")
         if self.trainer.ranks.is_main:  # every process holds the same weights; one writes them
-            self.trainer.accelerator.unwrap_model(self.trainer.model).save_pretrained(str(path))
+            self.trainer.learner.policy.save_pretrained(str(path))
 
 
 def launched_rank() -> tuple[int, int]:

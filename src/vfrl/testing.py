@@ -42,7 +42,7 @@ def write_config(path: Path, model: Path, port: int, output_dir: Path, **trainer
 def vf_vllm(config: Path, port: int, api_key: str, log: Path) -> Iterator[str]:
     """A real `vf-vllm @ config` (its own process group) until the block ends; yields the base URL."""
     from vfrl.grpo import stop_server
-    from vfrl.trainer.trainer import wait_for_server
+    from vfrl.trainer.inference_watch import wait_for_server
 
     pid_file = log.with_name(log.stem + ".pid")
     pid_file.unlink(missing_ok=True)  # a stale one names a dead server: wait_for_server would give up at once

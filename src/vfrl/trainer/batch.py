@@ -4,7 +4,7 @@ Which tokens get loss (verifiers' meaning of the three switches):
 - policy tokens (completion_mask 1, sampled by vLLM with a logprob) always, unless masked below;
 - environment tokens (completion_mask 0: tool/user turns inside a multi-turn completion) only when
   `mask_env_responses = false`; they have no sampling logprob, so the trainer's own logprob at the
-  start of the step stands in for it (see trainer.train_step);
+  start of the step stands in for it (see Learner.train_step);
 - `mask_truncated_completions`: a truncated rollout gets no loss at all;
 - `zero_truncated_completions`: a truncated rollout's reward is 0 before advantages are computed.
 A rollout is truncated when vLLM stopped it at max_tokens (finish_reason "length") or when
@@ -18,6 +18,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from vfrl.envs.environment import Rollout
+from vfrl.sections import BatchSection
 from vfrl.trainer.advantages import group_advantages
 from vfrl.trainer.normalization import loss_weights
 from vfrl.trainer.shared_prefix import unpadded
@@ -117,17 +118,17 @@ def train_rewards(rollouts: list[Rollout], max_seq_len: int, zero_truncated_comp
                          for r in rollouts], dtype=torch.float32)
 
 
-def make_train_batch(rollouts: list[Rollout], args, pad_id: int,
+def make_train_batch(rollouts: list[Rollout], shape: BatchSection, pad_id: int,
                      group_sizes: list[int] | None = None) -> tuple[TrainBatch, torch.Tensor]:
-    """Rollouts of one step -> (TrainBatch with its loss weights, rewards used for the advantages). `args`: TrainerArgs.
+    """Rollouts of one step -> (TrainBatch with its loss weights, rewards used for the advantages).
 
     `group_sizes`: rollouts per group where faults dropped some (default: every group full). The
     TrainBatch keeps `batch_size` rows all the same, the dropped ones as padding without loss, so the
     micro-batches, their share among trainer processes and dr_grpo's constant are a full batch's. It has
     more rows when rollouts have several branches (Rollout.more_branches) or an episode several traces."""
-    rewards = train_rewards(rollouts, args.max_seq_len, args.zero_truncated_completions)
-    advantages = group_advantages(rewards, group_sizes or args.rollouts_per_example, args.scale_rewards)
-    batch = collate(rollouts, advantages, args.max_seq_len, pad_id, args.mask_env_responses,
-                    args.mask_truncated_completions, rows=args.batch_size)
-    batch.loss_weights = loss_weights(batch.loss_mask, args.loss_normalization, args.max_tokens)
+    rewards = train_rewards(rollouts, shape.max_seq_len, shape.zero_truncated_completions)
+    advantages = group_advantages(rewards, group_sizes or shape.rollouts_per_example, shape.scale_rewards)
+    batch = collate(rollouts, advantages, shape.max_seq_len, pad_id, shape.mask_env_responses,
+                    shape.mask_truncated_completions, rows=shape.batch_size)
+    batch.loss_weights = loss_weights(batch.loss_mask, shape.loss_normalization, shape.max_tokens)
     return batch, rewards

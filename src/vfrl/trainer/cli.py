@@ -89,8 +89,7 @@ def wait_for_vllm_first(base_url: str, run_dir: Path) -> None:
     """On a GPU shared with vLLM: load the model only once vLLM is up. vLLM sizes its KV cache by the drop in
     the GPU's free memory while it starts, so weights the trainer loaded meanwhile would count as vLLM's and
     could leave it no cache (and its start-up fails, or not, by timing)."""
-    from vfrl.trainer.inference_watch import InferenceLost
-    from vfrl.trainer.trainer import wait_for_server
+    from vfrl.trainer.inference_watch import InferenceLost, wait_for_server
 
     print("vf-train: waiting for vLLM to start before loading the model (they share a GPU)", flush=True)
     try:

@@ -12,31 +12,31 @@ import asyncio
 import time
 from statistics import mean, pstdev
 
-from vfrl.config import TrainerArgs
 from vfrl.envs.environment import Environment, Rollout
 from vfrl.envs.faults import RolloutFaults
+from vfrl.sections import EvalSection, GenerationSection
 
 
-def held_out_size(env: Environment, args: TrainerArgs) -> int:
+def held_out_size(env: Environment, ev: EvalSection) -> int:
     """Training rows reserved for eval: only when eval is on and the environment has no eval split."""
-    if args.eval_strategy == "no" or env.eval_dataset is not None:
+    if ev.eval_strategy == "no" or env.eval_dataset is not None:
         return 0
-    return min(args.num_eval_examples, len(env.dataset) // 2)
+    return min(ev.num_eval_examples, len(env.dataset) // 2)
 
 
-def eval_example_ids(env: Environment, args: TrainerArgs) -> tuple[list[int], bool]:
+def eval_example_ids(env: Environment, ev: EvalSection) -> tuple[list[int], bool]:
     """(ids, uses_eval_split): ids index env.eval_dataset, or env.dataset for the held-out slice."""
     if env.eval_dataset is not None:
-        return list(range(min(args.num_eval_examples, len(env.eval_dataset)))), True
-    n, k = len(env.dataset), held_out_size(env, args)
+        return list(range(min(ev.num_eval_examples, len(env.eval_dataset)))), True
+    n, k = len(env.dataset), held_out_size(env, ev)
     return list(range(n - k, n)), False
 
 
-def is_eval_step(args: TrainerArgs, step: int) -> bool:
+def is_eval_step(ev: EvalSection, step: int) -> bool:
     """Eval after optimizer step `step` (0 = the baseline before training)? Also always at the end."""
-    if args.eval_strategy == "no":
+    if ev.eval_strategy == "no":
         return False
-    return step == 0 or step % args.eval_steps == 0 or step == args.max_steps
+    return step == 0 or step % ev.eval_steps == 0 or step == ev.max_steps
 
 
 def summarize(rollouts: list[Rollout], faults: RolloutFaults | None = None) -> dict[str, float]:
@@ -57,21 +57,21 @@ def summarize(rollouts: list[Rollout], faults: RolloutFaults | None = None) -> d
     return out
 
 
-async def evaluate(env: Environment, client, model: str, args: TrainerArgs, sampling: dict,
-                   semaphore: asyncio.Semaphore, seed_of,
-                   examples: tuple[list[int], bool] | None = None) -> tuple[dict[str, float], list[Rollout]]:
-    """Run the eval split with `model`; `seed_of(example_id)` gives each group's request seed.
-    `examples`: (ids, ids index the eval split) instead of `eval_example_ids`."""
-    ids, eval_split = examples or eval_example_ids(env, args)
+async def evaluate(env: Environment, client, model: str, gen: GenerationSection, semaphore: asyncio.Semaphore,
+                   seed_of, examples: tuple[list[int], bool] | None = None) -> tuple[dict[str, float], list[Rollout]]:
+    """Run the eval split with `model`, sampled as training samples; `seed_of(example_id)` gives each group's
+    request seed. `examples`: (ids, ids index the eval split) instead of `eval_example_ids`."""
+    ids, eval_split = examples or eval_example_ids(env, gen.evaluation)
     t0 = time.time()
-    faults = RolloutFaults(timeout=args.rollout_timeout)  # eval rollouts are dropped for the same faults
+    faults = RolloutFaults(timeout=gen.rollout_timeout)  # eval rollouts are dropped for the same faults
+    n = gen.evaluation.eval_rollouts_per_example
     groups = await asyncio.wait_for(
         asyncio.gather(*(
-            env.run_group(client, model, i, args.eval_rollouts_per_example, {**sampling, "seed": seed_of(i)},
+            env.run_group(client, model, i, n, {**gen.sampling.request(), "seed": seed_of(i)},
                           semaphore, eval=eval_split, faults=faults)
             for i in ids
         )),
-        timeout=args.generation_timeout,
+        timeout=gen.generation_timeout,
     )
     rollouts = [r for g in groups for r in g]
     stats = summarize(rollouts, faults)

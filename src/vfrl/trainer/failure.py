@@ -16,6 +16,7 @@ exits with them):
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shlex
 import traceback
@@ -49,6 +50,29 @@ def log_traceback(log: Path, error: BaseException, about: str = "") -> None:
                                "".join(traceback.format_exception(error)).rstrip("\n"), TRACEBACK_END]) + "\n")
     except OSError:
         pass
+
+
+def unretrieved_errors_to(log: Path):
+    """asyncio's handler for errors nobody awaited. Ctrl-C cancels every task at once; a gather of in-flight
+    requests then ends with a CancelledError nobody is left to retrieve, and a second Ctrl-C during that
+    shutdown ends a task with KeyboardInterrupt: the expected stop, not an error worth a traceback. Anything
+    else (a generation task that failed while the run was already stopping for another reason) belongs in the
+    log file, not on the console."""
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        error = context.get("exception")
+        if isinstance(error, (asyncio.CancelledError, KeyboardInterrupt)):
+            return
+        try:
+            if error is not None:
+                log_traceback(log, error, about=f"asyncio: {context.get('message', '')}")
+            else:
+                with open(log, "a") as f:
+                    f.write(f"asyncio: {context.get('message', '')}\n")
+        except Exception:  # noqa: BLE001 -- a task collected at interpreter exit, where open() may already be gone
+            pass           # (NameError): the run's own error was reported; a traceback here would only confuse
+
+    return handle
 
 
 def describe(error: BaseException) -> str:

@@ -55,6 +55,23 @@ async def watch_inference(base_url: str, pid_file: Path | None, unresponsive_s: 
             await asyncio.sleep(poll)
 
 
+def wait_for_server(base_url: str, timeout: float, inference_pid_file: Path | None = None) -> float:
+    """Block until vLLM answers /health; returns seconds waited. InferenceLost at once if the server process died."""
+    t0 = time.time()
+    root = server_root(base_url)
+    while True:
+        try:
+            if httpx.get(f"{root}/health", timeout=2).status_code == 200:
+                return time.time() - t0
+        except httpx.TransportError:
+            pass
+        if gone := process_gone(inference_pid_file):
+            raise InferenceLost(f"{gone} during start-up")
+        if time.time() - t0 > timeout:
+            raise InferenceLost(f"vLLM did not answer {root}/health within {timeout:.0f}s of starting")
+        time.sleep(1)
+
+
 def inference_problem(base_url: str, pid_file: Path | None) -> str | None:
     """After the loop failed: was the server the cause? Why, in a few words; None when it is up and answering."""
     if gone := process_gone(pid_file):

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from vfrl.sections import LossSection
+
 
 @dataclass
 class PolicyLoss:
@@ -75,16 +77,15 @@ def mismatch_kl(logprobs, sampling_logprobs) -> torch.Tensor:
     return torch.exp(-log_ratio) - 1 + log_ratio
 
 
-def policy_loss(loss_type: str, logprobs, old_logprobs, advantages, loss_mask, args) -> PolicyLoss:
-    """Dispatch on `loss_type`; `args` carries the bounds (TrainerArgs)."""
-    if loss_type == "ratio_mask":
-        return ratio_mask_loss(logprobs, old_logprobs, advantages, args.mask_ratio_low, args.mask_ratio_high)
-    eps_high = args.epsilon_high if args.epsilon_high is not None else args.epsilon
-    if loss_type == "ppo_clip":
-        return ppo_clip_loss(logprobs, old_logprobs, advantages, args.epsilon, eps_high)
-    if loss_type == "gspo":
-        return gspo_loss(logprobs, old_logprobs, advantages, loss_mask, args.epsilon, eps_high)
-    raise ValueError(f"unknown loss_type {loss_type!r}")
+def policy_loss(logprobs, old_logprobs, advantages, loss_mask, loss: LossSection) -> PolicyLoss:
+    """Dispatch on `loss.loss_type`, with its bounds."""
+    if loss.loss_type == "ratio_mask":
+        return ratio_mask_loss(logprobs, old_logprobs, advantages, loss.mask_ratio_low, loss.mask_ratio_high)
+    if loss.loss_type == "ppo_clip":
+        return ppo_clip_loss(logprobs, old_logprobs, advantages, loss.epsilon, loss.upper_epsilon)
+    if loss.loss_type == "gspo":
+        return gspo_loss(logprobs, old_logprobs, advantages, loss_mask, loss.epsilon, loss.upper_epsilon)
+    raise ValueError(f"unknown loss_type {loss.loss_type!r}")
 
 
 @dataclass
@@ -107,13 +108,13 @@ class LossOutputs:
     kl: torch.Tensor | None  # () sum of the KL penalty over loss tokens, no gradient; None when beta = 0
 
 
-def compute_loss(inputs: LossInputs, args) -> LossOutputs:
-    """`args` (TrainerArgs): loss_type, its bounds and beta."""
-    pl = policy_loss(args.loss_type, inputs.logprobs, inputs.old_logprobs, inputs.advantages, inputs.loss_mask, args)
+def compute_loss(inputs: LossInputs, loss: LossSection) -> LossOutputs:
+    """`loss`: loss_type, its bounds and beta (`[trainer.args]`' loss section)."""
+    pl = policy_loss(inputs.logprobs, inputs.old_logprobs, inputs.advantages, inputs.loss_mask, loss)
     per_token, kl = pl.per_token, None  # (B, T)
     if inputs.ref_logprobs is not None:
         kl = kl_penalty(inputs.logprobs, inputs.ref_logprobs)  # (B, T)
-        per_token = per_token + args.beta * kl
+        per_token = per_token + loss.beta * kl
     counted = inputs.loss_mask > 0
     return LossOutputs(loss=(per_token * inputs.loss_weights).sum(), low=(pl.low & counted).sum(),
                        high=(pl.high & counted).sum(),

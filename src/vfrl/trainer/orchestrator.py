@@ -12,9 +12,9 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from vfrl.config import TrainerArgs
 from vfrl.envs.environment import Environment, Rollout
 from vfrl.envs.faults import RolloutFaults
+from vfrl.sections import GenerationSection
 from vfrl.trainer.evaluation import evaluate, held_out_size
 from vfrl.trainer.step_faults import BatchTimedOut, check_step
 
@@ -27,7 +27,7 @@ class Batch:
     example_ids: list[int]
     gen_start: float = 0.0  # wall-clock (time.time) bounds of generation
     gen_end: float = 0.0
-    load_s: float = 0.0  # vLLM's load of policy_version, which the generation waited for (RLTrainer.push)
+    load_s: float = 0.0  # vLLM's load of policy_version, which the generation waited for (Pipeline.push)
     metrics: dict[str, float] = field(default_factory=dict)  # the step's fault counts, see step_faults.py
     # rollouts per group, in example_ids order; fewer where faults dropped some. None: every group full
     group_sizes: list[int] | None = None
@@ -40,30 +40,23 @@ class Batch:
 
 
 class Orchestrator:
-    def __init__(self, env: Environment, client, args: TrainerArgs):
+    def __init__(self, env: Environment, client, gen: GenerationSection):
         self.env = env
         self.client = client
-        self.args = args
-        self.examples_per_step = args.batch_size // args.rollouts_per_example
-        self.semaphore = asyncio.Semaphore(args.max_concurrent)
+        self.gen = gen
+        self.examples_per_step = gen.batch_size // gen.rollouts_per_example
+        self.semaphore = asyncio.Semaphore(gen.max_concurrent)
         self._order: list[int] = []
-        self._rng = random.Random(args.seed)
-        self.num_train = len(env.dataset) - held_out_size(env, args)  # the rest is the eval slice
+        self._rng = random.Random(gen.seed)
+        self.num_train = len(env.dataset) - held_out_size(env, gen.evaluation)  # the rest is the eval slice
 
     def request_seed(self, stream: str, step: int, example_id: int) -> int:
         """vLLM sampling seed of a group, a function of (seed, stream, step, example); sample j adds j.
 
         Seeded sampling makes rollouts replayable: a resumed run regenerates the same completions.
         """
-        key = f"{self.args.seed}:{stream}:{step}:{example_id}".encode()
+        key = f"{self.gen.seed}:{stream}:{step}:{example_id}".encode()
         return int.from_bytes(hashlib.sha256(key).digest()[:4], "little") >> 1  # < 2**31
-
-    def sampling(self) -> dict:
-        a = self.args
-        s = {"temperature": a.temperature, "top_p": a.top_p, "max_tokens": a.max_tokens,
-             "presence_penalty": a.presence_penalty, "frequency_penalty": a.frequency_penalty,
-             "top_k": a.top_k, "min_p": a.min_p, "repetition_penalty": a.repetition_penalty}
-        return s
 
     def example_ids(self, step: int) -> list[int]:
         """Deterministic data order: a fresh shuffle of the dataset each epoch, a function of (seed, step)."""
@@ -77,7 +70,7 @@ class Orchestrator:
 
     async def generate(self, step: int, model: str, policy_version: int) -> Batch:
         """Batch `step`; rollouts lost to their own faults are left out and counted (step_faults.py)."""
-        a = self.args
+        a = self.gen
         ids = self.example_ids(step)
         t0 = time.time()
         faults = RolloutFaults(timeout=a.rollout_timeout)
@@ -85,7 +78,7 @@ class Orchestrator:
             groups = await asyncio.wait_for(
                 asyncio.gather(*(
                     self.env.run_group(self.client, model, i, a.rollouts_per_example,
-                                       {**self.sampling(), "seed": self.request_seed("train", step, i)},
+                                       {**a.sampling.request(), "seed": self.request_seed("train", step, i)},
                                        self.semaphore, faults=faults)
                     for i in ids
                 )),
@@ -105,5 +98,5 @@ class Orchestrator:
     async def evaluate(self, model: str, examples: tuple[list[int], bool] | None = None
                        ) -> tuple[dict[str, float], list[Rollout]]:
         """Eval split with `model`; the same seeds at every eval (common random numbers across steps)."""
-        return await evaluate(self.env, self.client, model, self.args, self.sampling(), self.semaphore,
+        return await evaluate(self.env, self.client, model, self.gen, self.semaphore,
                               lambda i: self.request_seed("eval", 0, i), examples)

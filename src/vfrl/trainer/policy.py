@@ -8,15 +8,16 @@ from datetime import timedelta
 
 import torch
 
-from vfrl.config import RLConfig, TrainerArgs
+from vfrl.config import RLConfig
+from vfrl.sections import LoraSection, OptimizerSection
 
 
-def make_accelerator(args: TrainerArgs):
+def make_accelerator(bf16: bool):
     from accelerate import Accelerator
     from accelerate.utils import DataLoaderConfiguration, DistributedDataParallelKwargs, InitProcessGroupKwargs
 
     return Accelerator(
-        mixed_precision="bf16" if args.bf16 else "no",
+        mixed_precision="bf16" if bf16 else "no",
         # split_batches: the ranks split one batch, so the LR schedule steps once per batch (accelerate's
         # default steps the prepared scheduler once per process, as if each rank had its own batch)
         dataloader_config=DataLoaderConfiguration(split_batches=True),
@@ -31,36 +32,41 @@ def make_accelerator(args: TrainerArgs):
     )
 
 
-def compute_dtype(args: TrainerArgs) -> torch.dtype:
-    return torch.bfloat16 if args.bf16 else torch.float32
+def compute_dtype(bf16: bool) -> torch.dtype:
+    return torch.bfloat16 if bf16 else torch.float32
 
 
 def load_policy(config: RLConfig) -> torch.nn.Module:
     """The base model, wrapped in a fresh LoRA adapter when use_lora (else every parameter trains)."""
     from transformers import AutoModelForCausalLM
 
-    args = config.args
+    args, lora = config.args, config.args.lora
     # bf16 computes in bf16, but what trains keeps fp32 weights: a bf16 weight drops every AdamW update under half
     # its rounding step (at 1.0 that step is 0.0078), so full fine-tuning loads fp32 and accelerate's mixed
     # precision runs the forward and backward in bf16. LoRA: the frozen base in bf16, peft's adapter in fp32.
-    model = AutoModelForCausalLM.from_pretrained(config.model, dtype=compute_dtype(args) if args.use_lora
+    model = AutoModelForCausalLM.from_pretrained(config.model, dtype=compute_dtype(args.bf16) if lora.use_lora
                                                  else torch.float32)
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     if args.use_liger_kernel:
         apply_liger_kernels(model)
-    if not args.use_lora:
+    if not lora.use_lora:
         return model
-    from peft import LoraConfig, get_peft_model
+    from peft import get_peft_model
 
-    model = get_peft_model(model, LoraConfig(
-        r=args.lora_rank, lora_alpha=args.lora_alpha, lora_dropout=args.lora_dropout,
-        target_modules=args.lora_target_modules, modules_to_save=args.lora_modules_to_save,
-        use_rslora=args.lora_use_rslora, task_type="CAUSAL_LM",
-    ))
+    model = get_peft_model(model, lora_config(lora))
     if args.bf16:
         keep_adapter_inputs_in_bf16(model)
     return model
+
+
+def lora_config(lora: LoraSection):
+    """peft's LoraConfig for `[trainer.args]`' lora_* keys."""
+    from peft import LoraConfig
+
+    return LoraConfig(r=lora.lora_rank, lora_alpha=lora.lora_alpha, lora_dropout=lora.lora_dropout,
+                      target_modules=lora.lora_target_modules, modules_to_save=lora.lora_modules_to_save,
+                      use_rslora=lora.lora_use_rslora, task_type="CAUSAL_LM")
 
 
 def apply_liger_kernels(model: torch.nn.Module) -> None:
@@ -90,14 +96,14 @@ def keep_adapter_inputs_in_bf16(model: torch.nn.Module) -> None:
             module.cast_input_dtype_enabled = False
 
 
-def prepare_training(accelerator, model: torch.nn.Module, args: TrainerArgs):
+def prepare_training(accelerator, model: torch.nn.Module, opt: OptimizerSection):
     """(model, optimizer, scheduler), prepared by accelerate: AdamW over the trainable parameters."""
     from transformers import get_scheduler
 
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.learning_rate,
-                                  weight_decay=args.weight_decay)
-    scheduler = get_scheduler(args.lr_scheduler_type, optimizer, num_warmup_steps=args.warmup_steps,
-                              num_training_steps=args.max_steps)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=opt.learning_rate,
+                                  weight_decay=opt.weight_decay)
+    scheduler = get_scheduler(opt.lr_scheduler_type, optimizer, num_warmup_steps=opt.warmup_steps,
+                              num_training_steps=opt.max_steps)
     with warnings.catch_warnings():  # torch renamed broadcast_buffers; accelerate passes the old name
         warnings.filterwarnings("ignore", message="`broadcast_buffers` is deprecated", category=FutureWarning)
         return accelerator.prepare(model, optimizer, scheduler)

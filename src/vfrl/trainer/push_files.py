@@ -1,7 +1,7 @@
 """What a push writes of a LoRA policy: the adapter as peft writes it, and (lora_sync = "merged") the base
 weights with the adapter merged in.
 
-Both are asked of the same model at every step, while the trainer's loop waits (RLTrainer.push). peft's
+Both are asked of the same model at every step, while the trainer's loop waits (Pipeline.push). peft's
 state dicts walk every module each time, a cost that for a small model is most of the push. So each is asked
 of peft once per model and kept as a plan: the parameter behind each tensor, whose values the optimizer
 changes in place. A tensor that is not a parameter's own storage (a copy, a cast: another peft method) leaves

@@ -32,7 +32,7 @@ class WeightSync(ABC):
     """What the training loop needs of a sync, whatever it pushes."""
 
     # True when vLLM serves every version under one name: the name cannot say which policy sampled a
-    # request, so vLLM loads a pushed version only once the generation in flight has finished (RLTrainer.push's
+    # request, so vLLM loads a pushed version only once the generation in flight has finished (Pipeline.push's
     # `after`; no batch mixes two). The save does not wait for it.
     drain_before_push: ClassVar[bool] = False
 
@@ -59,7 +59,7 @@ class WeightSync(ABC):
 
     def save_aside(self, model, version: int) -> None:
         """Write what the run keeps of policy `version` that vLLM does not read. Torch only: the trainer runs it
-        while vLLM loads (RLTrainer.push), so it costs the step nothing when it is the shorter of the two."""
+        while vLLM loads (Pipeline.push), so it costs the step nothing when it is the shorter of the two."""
 
     def push(self, model, version: int) -> tuple[str, float]:
         """save, stage, then load and save_aside. Returns (the model name to request, seconds)."""
@@ -169,7 +169,7 @@ class FullWeightSync(WeightSync):
     def save(self, model, version: int) -> Path:
         t0 = time.perf_counter()
         final = self.weights_dir / f"step-{version}"
-        # the oldest kept version was loaded before this push began (RLTrainer.push awaits each load)
+        # the oldest kept version was loaded before this push began (Pipeline.push awaits each load)
         with atomic_directory(final, recycled(self.saved, self.keep)) as tmp:
             self.write(model, tmp)
         self.saved.append(final)

@@ -1,0 +1,122 @@
+"""The parts of `[trainer.args]` each part of the trainer reads, typed.
+
+Users write one flat table with the seed's keys (`learning_rate`, `beta`, `max_tokens`, ...), so configs copy
+between vfrl, verifiers' vf-rl and TRL. Inside, each part is handed only its section (`args.loss`,
+`args.sampling`, ...): compute_loss sees the loss's six settings, not the 65 of the run. A section keeps the
+keys' names, so a reader greps one name from the TOML file to the code that reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, TypeVar
+
+S = TypeVar("S")
+
+
+def section(cls: type[S], args: Any, **nested: Any) -> S:
+    """`cls` filled from the same-named keys of `args` (TrainerArgs); `nested`: the sections it holds."""
+    return cls(**{f.name: nested[f.name] if f.name in nested else getattr(args, f.name) for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class LossSection:
+    """The objective (trainer/loss.py)."""
+    loss_type: str
+    mask_ratio_low: float
+    mask_ratio_high: float
+    epsilon: float
+    epsilon_high: float | None
+    beta: float
+
+    @property
+    def upper_epsilon(self) -> float:
+        """The upper clip bound's epsilon: epsilon_high, else epsilon (symmetric)."""
+        return self.epsilon_high if self.epsilon_high is not None else self.epsilon
+
+
+@dataclass(frozen=True)
+class BatchSection:
+    """A step's rollouts as training rows: rewards, advantages, masks and loss weights (trainer/batch.py)."""
+    batch_size: int
+    rollouts_per_example: int
+    max_seq_len: int
+    max_tokens: int
+    loss_normalization: str
+    scale_rewards: bool
+    mask_env_responses: bool
+    mask_truncated_completions: bool
+    zero_truncated_completions: bool
+
+
+@dataclass(frozen=True)
+class SamplingSection:
+    """What every request to vLLM asks for (the OpenAI sampling parameters vLLM takes)."""
+    temperature: float
+    top_p: float
+    top_k: int
+    min_p: float
+    repetition_penalty: float
+    presence_penalty: float
+    frequency_penalty: float
+    max_tokens: int
+
+    def request(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class EvalSection:
+    """Eval during training: when, on which rows, how many samples (trainer/evaluation.py)."""
+    eval_strategy: str
+    eval_steps: int
+    max_steps: int
+    num_eval_examples: int
+    eval_rollouts_per_example: int
+
+
+@dataclass(frozen=True)
+class GenerationSection:
+    """The orchestrator's: which examples a step takes, how its rollouts are sampled and when they have failed
+    (trainer/orchestrator.py, step_faults.py), and eval's rollouts, sampled the same way."""
+    seed: int
+    batch_size: int
+    rollouts_per_example: int
+    max_concurrent: int
+    generation_timeout: float
+    rollout_timeout: float
+    max_reward_error_fraction: float
+    sampling: SamplingSection
+    evaluation: EvalSection
+
+
+@dataclass(frozen=True)
+class OptimizerSection:
+    """AdamW and its LR schedule, which counts batches (trainer/policy.py, learner.py)."""
+    learning_rate: float
+    weight_decay: float
+    lr_scheduler_type: str
+    warmup_steps: int
+    max_steps: int
+    max_grad_norm: float
+
+
+@dataclass(frozen=True)
+class LoraSection:
+    """The adapter trained in place of every weight when use_lora (trainer/policy.py: peft's LoraConfig)."""
+    use_lora: bool
+    lora_rank: int
+    lora_alpha: int
+    lora_dropout: float
+    lora_target_modules: list[str] | str
+    lora_modules_to_save: list[str] | None
+    lora_use_rslora: bool
+
+
+@dataclass(frozen=True)
+class CheckpointSection:
+    """When checkpoints are written, how many are kept, which one the run resumes (trainer/checkpoint.py)."""
+    save_strategy: str
+    save_steps: int
+    keep_last: int | None
+    resume_from: str | None

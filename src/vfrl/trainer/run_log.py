@@ -1,0 +1,89 @@
+"""What a run writes as it goes: metrics.jsonl, rollouts/step_N.jsonl and eval_N.jsonl, the console, wandb.
+
+One line per step (step_record) and per eval, the step's rollouts beside it, and the mismatch watch's
+alert (mismatch.py) in all three places. Rank 0 only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from vfrl.config import TrainerArgs
+from vfrl.envs.messages import json_default
+from vfrl.run_dir import RunDir, append_jsonl
+from vfrl.trainer.console import TrainerConsole
+from vfrl.trainer.mismatch import MismatchWatch
+from vfrl.trainer.orchestrator import Batch
+from vfrl.trainer.wandb_sink import NoWandb, WandbSink
+
+
+class RunLog:
+    def __init__(self, paths: RunDir, args: TrainerArgs, console: TrainerConsole, wandb_config: dict | None):
+        """`wandb_config`: the run's config for wandb (report_to = "wandb" on rank 0), None for no wandb."""
+        self.paths, self.args, self.console = paths, args, console
+        self.mismatch = MismatchWatch(args.mismatch_kl_warn, args.mismatch_kl_jump)
+        # wandb is imported only here: report_to = "none" needs neither the package nor an account
+        self.wandb = (WandbSink(paths.path, args.run_name, wandb_config) if wandb_config is not None else NoWandb())
+
+    def step(self, step: int, record: dict, batch: Batch) -> None:
+        """Training step `step`'s line (step_record), its rollouts, and what the console and wandb show of it."""
+        a = self.args
+        # the same-policy figure where the trainer measured it: mismatch_kl also holds one step of policy change
+        alert = self.mismatch.check(record.get("sampler_mismatch_kl", record.get("mismatch_kl", 0.0)))
+        record["mismatch_kl_alert"] = int(alert is not None)
+        append_jsonl(self.paths.metrics, record)
+        write_rollouts(self.paths.step_rollouts(step), batch.rollouts)
+        self.console.step(record)
+        if batch.warning:
+            self.console.warn(batch.warning)
+        if alert:
+            self.console.warn(f"step {step}: {alert}")
+        show = a.log_completions and step % a.logging_steps == 0
+        if show:
+            self.console.completions(step, batch.rollouts, a.num_completions_to_print)
+        self.wandb.log(record)
+        if show:
+            self.wandb.completions(step, batch.rollouts)
+        if alert:
+            self.wandb.alert(f"mismatch_kl at step {step}", alert)
+
+    def eval(self, version: int, stats: dict, rollouts: list) -> None:
+        record = {"step": version, "max_steps": self.args.max_steps, **stats}
+        append_jsonl(self.paths.metrics, record)
+        write_rollouts(self.paths.eval_rollouts(version), rollouts)
+        self.wandb.log(record)
+        self.console.eval(version, stats)
+
+
+def step_record(step: int, batch: Batch, stats: dict, model_name: str | None, times: dict, args: TrainerArgs,
+                resumed_from: int | None = None) -> dict:
+    """metrics.jsonl's line for training step `step` (0-based): the step's stats, which policy sampled the batch
+    and which trained on it, and where the time went. `model_name`: None when the push of its policy failed."""
+    train_s = times["train_end"] - times["train_start"]
+    record = {
+        "step": step + 1, "max_steps": args.max_steps, **stats,
+        "policy_version": batch.policy_version, "trained_version": step, "adapter_loaded": model_name,
+        "gen_start": batch.gen_start, "gen_end": batch.gen_end, "generate_s": batch.gen_end - batch.gen_start,
+        "load_s": batch.load_s,  # vLLM's load of the policy that sampled it, beside the step before
+        "train_s": train_s, **times,
+        "tokens_per_s": sum(len(r.prompt_ids) + len(r.completion_ids) for r in batch.rollouts) / max(train_s, 1e-9),
+    }
+    if resumed_from is not None:
+        record["resumed_from"] = resumed_from
+    return record
+
+
+def rollout_row(r) -> dict:
+    return {"example_id": r.example_id, "prompt": r.prompt, "completion": r.completion, "answer": r.answer,
+            "reward": r.reward, "metrics": r.metrics, "policy": r.policy,
+            "reward_errors": r.reward_errors, "error": r.error,  # why it scored 0 / ended early
+            # training rows (a forked verifiers trace has several) and the policy's tokens among them
+            "branches": len(r.sequences()), "sampled_tokens": sum(sum(s.completion_mask) for s in r.sequences())}
+
+
+def write_rollouts(path: Path, rollouts: list) -> None:
+    """One line per rollout; a message of any shape (an object, a pydantic model) is saved, never an error."""
+    with open(path, "w") as f:
+        for r in rollouts:
+            f.write(json.dumps(rollout_row(r), default=json_default) + "\n")
