@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from vfrl.envs.faults import (
-    RolloutFaults, is_rejected_request, one_line, request_error_text, start_clock, time_left,
+    RolloutFaults, is_rejected_request, one_line, request_error_text, seconds_left, start_clock,
 )
 from vfrl.envs.group_request import GroupRequest
 from vfrl.envs.messages import content_text, message_field, messages
@@ -267,9 +267,9 @@ class Environment:
             async with semaphore:
                 # gather runs each rollout in its own task, so the clock is this rollout's alone; it starts
                 # with the slot, as waiting behind other rollouts is not this one's stall
-                start_clock(faults.timeout if faults else None)
+                deadline = start_clock(faults.timeout if faults else None)
                 try:
-                    async with asyncio.timeout(time_left()) as limit:
+                    async with asyncio.timeout(seconds_left(deadline)) as limit:
                         r, state = await self.rollout_with_state(client, model, row, example_id, s,
                                                                  record_tokens=record_tokens)
                 except TimeoutError:
@@ -282,10 +282,10 @@ class Environment:
                         raise
                     faults.drop("rejected", request_error_text(e))
                     return None
-            if (left := time_left()) is not None and left <= 0:  # no time left to score it in
+            if (left := seconds_left(deadline)) is not None and left <= 0:  # no time left to score it in
                 faults.drop("timed_out", late)
                 return None
-            return await self.score(r, state)  # the rubric keeps to the time left, see rubric.py
+            return await self.score(r, state)  # the rubric keeps to the time left (faults.py says how)
 
         return [r for r in await asyncio.gather(*(one(j) for j in range(n))) if r is not None]
 

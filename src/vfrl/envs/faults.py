@@ -29,7 +29,10 @@ import openai
 # status codes that describe the server or the run, not the one request that got them
 SERVER_SIDE_4XX = {401, 403, 404, 408, 429}
 
-# when the running rollout must be done (time.monotonic()); set in each rollout's own task by run_group
+# when the running rollout must be done (time.monotonic()); set in each rollout's own task by run_group. run_group
+# keeps to it with the deadline start_clock returns; the rubric (rubric.py) reads it here, because it is reached
+# through Environment.score(rollout, state) and Rubric.score(**available), methods environments and rubrics
+# override with these signatures (and every keyword of Rubric.score is offered to the reward functions)
 _deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("rollout_deadline", default=None)
 
 
@@ -52,15 +55,21 @@ def request_error_text(e: BaseException) -> str:
                     else f"{type(e).__name__}: {e}")
 
 
-def time_left() -> float | None:
-    """Seconds until the running rollout's time limit (<= 0: used up); None without a limit."""
-    deadline = _deadline.get()
+def seconds_left(deadline: float | None) -> float | None:
+    """Seconds until `deadline` (time.monotonic(); <= 0: passed); None without one."""
     return None if deadline is None else deadline - time.monotonic()
 
 
-def start_clock(timeout: float | None) -> None:
-    """Start the running task's rollout clock (None: no limit); it ends with the task."""
-    _deadline.set(None if timeout is None else time.monotonic() + timeout)
+def time_left() -> float | None:
+    """Seconds until the running rollout's time limit (<= 0: used up); None without a limit."""
+    return seconds_left(_deadline.get())
+
+
+def start_clock(timeout: float | None) -> float | None:
+    """Start the running task's rollout clock (None: no limit); it ends with the task. Returns the deadline."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    _deadline.set(deadline)
+    return deadline
 
 
 @dataclass

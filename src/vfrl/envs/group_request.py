@@ -6,12 +6,18 @@ j of a request with `seed = s` and `n` samples draws with seed s + j, so one req
 returns the same tokens and logprobs as n requests with seeds s .. s+n-1 (measured: identical ids,
 logprob difference 0.0), with one prefill and one HTTP round trip instead of n.
 
-`run_group` opens a `GroupRequest` and gives each rollout task its sample index through a context
-variable; a `TurnSampler` created in that task asks `claim` for its first turn. The first claim sends
-the request for all n; the others wait for it. A rollout whose first request differs from the group's
-(an environment that changes the prompt per rollout in `setup_state`), a server that returns fewer
-choices than asked (not vLLM), or a second sampler in the same rollout, sends its own request, as
-before. Later turns of multi-turn rollouts are per rollout: their conversations differ.
+`run_group` opens a `GroupRequest` and makes each rollout's task a member of it (`join`);
+`MultiTurnEnv.rollout_with_state` reads its membership (`group_member`) and hands it to its sampler, whose
+first turn asks `claim`. The first claim sends the request for all n; the others wait for it. A rollout
+whose first request differs from the group's (an environment that changes the prompt per rollout in
+`setup_state`), a server that returns fewer choices than asked (not vLLM), or a second claim of the same
+rollout, sends its own request, as before. Later turns of multi-turn rollouts are per rollout: their
+conversations differ.
+
+From `run_group` to `rollout_with_state` the membership travels in a context variable, not an argument:
+`rollout_with_state(client, model, row, example_id, sampling, record_tokens)` is the method an
+`Environment` subclass implements (and `EnvGroup` forwards), so its signature stays as environments
+written against it have it. From there on it is an argument.
 """
 
 from __future__ import annotations
@@ -21,9 +27,11 @@ import contextvars
 import copy
 from typing import Any, Awaitable, Callable
 
-# (the group's request, this rollout's sample index); set in each rollout's own task by run_group
-_member: contextvars.ContextVar[tuple[GroupRequest, int] | None] = contextvars.ContextVar(
-    "group_request_member", default=None)
+# (the group's request, this rollout's sample index)
+GroupMember = tuple["GroupRequest", int]
+# the running rollout's GroupMember: set in each rollout's own task by run_group, read by rollout_with_state
+# (a context variable only because rollout_with_state's signature is fixed, see the module docstring)
+_member: contextvars.ContextVar[GroupMember | None] = contextvars.ContextVar("group_request_member", default=None)
 
 
 class GroupRequest:
@@ -72,6 +80,6 @@ def one_choice(resp: Any, choice: Any) -> Any:
     return single
 
 
-def group_member() -> tuple[GroupRequest, int] | None:
+def group_member() -> GroupMember | None:
     """The running rollout's group request and sample index; None outside `run_group`."""
     return _member.get()

@@ -20,6 +20,7 @@ from typing import Any
 
 from vfrl.envs.environment import Environment, Messages, Rollout
 from vfrl.envs.faults import is_rejected_request, request_error_text
+from vfrl.envs.group_request import group_member
 from vfrl.envs.messages import Message, messages as as_messages
 from vfrl.envs.rubric import call_with_named_args
 from vfrl.envs.sampling import CompletionSampler, SequenceError, TurnSampler
@@ -100,8 +101,12 @@ class MultiTurnEnv(Environment):
         messages = prompt if text else as_messages(prompt)
         completion = state["completion"]
         sampling = {**self.sampling_args, **sampling}
-        sampler = CompletionSampler(client, model, sampling, record_tokens) if text else TurnSampler(
-            client, model, sampling, self.sampler_flags, tools=self.tools_for_request(), record_tokens=record_tokens)
+        # in a group (run_group), the first turn is this rollout's share of one request with n: the membership
+        # comes beside the call, as this method's signature is the one Environment subclasses implement
+        group = group_member()
+        sampler = CompletionSampler(client, model, sampling, record_tokens, group=group) if text else TurnSampler(
+            client, model, sampling, self.sampler_flags, tools=self.tools_for_request(), record_tokens=record_tokens,
+            group=group)
         new: Messages | str = "" if text else []
         error = None
         while not await self.finished(messages, state):

@@ -33,6 +33,7 @@ import logging
 import re
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
 from types import SimpleNamespace
 from typing import Any, Awaitable, Callable
 
@@ -40,7 +41,7 @@ import httpx
 import openai
 
 from vfrl.envs import text_tool_calls
-from vfrl.envs.group_request import group_member
+from vfrl.envs.group_request import GroupMember
 from vfrl.inference.endpoints import server_root
 
 log = logging.getLogger(__name__)
@@ -85,18 +86,21 @@ async def tokenize(client, body: dict[str, Any]) -> list[int]:
     return list(resp.json()["tokens"])
 
 
-async def first_request(sampling: dict[str, Any], key: Any, send: Callable[[dict[str, Any]], Awaitable[Any]]):
-    """A rollout's first response: the group's shared request when the rollout is in one (group_request.py),
-    else `send(sampling)`. `key` is what the request asks besides its sampling (the messages and tools, the
-    prompt text); `send(s)` sends it with sampling `s`."""
-    member = group_member()
+async def first_request(member: GroupMember | None, sampling: dict[str, Any], key: Any,
+                        send: Callable[[dict[str, Any]], Awaitable[Any]]):
+    """A rollout's first response: its share of the group's request when it is a `member` of one
+    (group_request.py), else `send(sampling)`. `key` is what the request asks besides its sampling (the
+    messages and tools, the prompt text); `send(s)` sends it with sampling `s`."""
     if member is None or "n" in sampling:
         return await send(sampling)
     group, index = member
     seed = sampling.get("seed")
     group_sampling = {**sampling, "seed": seed - index} if seed is not None else sampling
-    resp = await group.claim(index, (key, {k: v for k, v in sampling.items() if k != "seed"}),
-                             lambda n: send({**group_sampling, "n": n}))
+
+    async def send_for_group(n: int):
+        return await send({**group_sampling, "n": n})
+
+    resp = await group.claim(index, (key, {k: v for k, v in sampling.items() if k != "seed"}), send_for_group)
     return resp if resp is not None else await send(sampling)
 
 
@@ -198,15 +202,18 @@ class TurnSampler:
 
     `flags` is shared by every rollout of an environment: once one rollout sees the template rewrite
     history, later turns of all rollouts go straight to the token path, and once the server refuses
-    automatic tool choice, tool calls are read from the reply text.
+    automatic tool choice, tool calls are read from the reply text. `group`: the rollout's place in its
+    group's shared first request (group_request.py); None: the first turn is a request of its own.
     """
 
     def __init__(self, client, model: str, sampling: dict[str, Any], flags: dict[str, Any],
-                 tools: list[dict[str, Any]] | None = None, record_tokens: bool = True):
+                 tools: list[dict[str, Any]] | None = None, record_tokens: bool = True,
+                 group: GroupMember | None = None):
         self.client = client
         self.model = model
         self.sampling = sampling
         self.flags = flags
+        self.group = group
         self.tools = tools or None
         self.record_tokens = record_tokens
         self.seq = TokenSequence()  # stays empty in text mode
@@ -247,7 +254,7 @@ class TurnSampler:
 
     # ---- chat path ----
     async def _first_chat(self, messages: Messages):
-        return await first_request(self.sampling, (messages, self.tools), lambda s: self._chat(messages, s))
+        return await first_request(self.group, self.sampling, (messages, self.tools), partial(self._chat, messages))
 
     async def _chat(self, messages: Messages, sampling: dict[str, Any] | None = None):
         kwargs = sampling_request(sampling or self.sampling, self.record_tokens)
@@ -354,14 +361,16 @@ class CompletionSampler:
     A turn's text is vLLM's `text`: a stop string is left out of it, as vLLM returns it, while its tokens
     stay in the sequence the model goes on from, as sampled (`sequence_mode = "completion"`). Text mode
     (`record_tokens=False`): every turn sends the whole text so far as a plain completions request (the
-    first turns of a group as one, as above).
+    first turns of a group as one, as above). `group` as for `TurnSampler`.
     """
 
-    def __init__(self, client, model: str, sampling: dict[str, Any], record_tokens: bool = True):
+    def __init__(self, client, model: str, sampling: dict[str, Any], record_tokens: bool = True,
+                 group: GroupMember | None = None):
         self.client = client
         self.model = model
         self.sampling = sampling
         self.record_tokens = record_tokens
+        self.group = group
         self.seq = TokenSequence()  # stays empty in text mode
         self.mode = "completion" if record_tokens else "text"
         self.turns = 0  # model replies sampled so far
@@ -370,7 +379,7 @@ class CompletionSampler:
         """Sample the continuation of `text` (the prompt and the completion so far); `new_text` is the part
         the environment added since the last reply."""
         if not self.turns:
-            resp = await first_request(self.sampling, text, lambda s: self._complete(text, s))
+            resp = await first_request(self.group, self.sampling, text, partial(self._complete, text))
             if self.record_tokens:
                 self.seq.prompt_ids = list(returned(resp.choices[0], "prompt_token_ids"))
         elif not self.record_tokens:

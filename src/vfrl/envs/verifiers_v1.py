@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from vfrl.envs.environment import Environment, Rollout, TokenBranch
-from vfrl.envs.faults import RolloutFaults, one_line, start_clock, time_left
+from vfrl.envs.faults import RolloutFaults, one_line, seconds_left, start_clock
 from vfrl.envs.messages import message_dict
 from vfrl.inference.scale_out import find_uv
 
@@ -432,9 +432,9 @@ class V1Environment(Environment):
         async def one(j: int) -> list[Rollout]:
             s = {**sampling, "seed": sampling["seed"] + j} if sampling.get("seed") is not None else sampling
             async with semaphore:
-                start_clock(faults.timeout if faults else None)
+                deadline = start_clock(faults.timeout if faults else None)
                 try:
-                    async with asyncio.timeout(time_left()) as limit:
+                    async with asyncio.timeout(seconds_left(deadline)) as limit:
                         return await self.episode(client, model, row, s)
                 except TimeoutError:
                     if faults is None or not limit.expired():
