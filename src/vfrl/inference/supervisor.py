@@ -1,11 +1,18 @@
 """vf-vllm's watch over the vLLM server: run it as a child, pass signals on, leave nothing behind.
 
 vLLM's API server starts an engine core process, which starts workers. When the API server dies
-without its own shutdown (kill -9, a crash), those children can live on (2.7 GB of them, seen),
+without its own shutdown (kill -9, a crash), those children can live on (GBs of memory, the port),
 holding the pane's log pipe open: the inference pane never ends, its exit code is never recorded and
 `vf-rl status` keeps saying "running". So the server runs in a process group of its own, signals sent
 to vf-vllm are passed to that group, and however the server ends, every process still in its group
 is ended too before vf-vllm exits with the server's exit code.
+
+Two deaths the server does not handle itself:
+- its engine core's (the process with the weights and the KV cache, the OOM killer's likeliest pick): the
+  API server may then hang in its own shutdown with /health silent, so the trainer would wait out its
+  whole inference_timeout. vf-vllm watches the engine core and ends the server as soon as it is gone.
+- vf-vllm's own (kill -9, the OOM killer): nothing of it is left to end the group, so a reaper process
+  (reaper.py), started beside the server, ends the group when vf-vllm is gone.
 """
 
 from __future__ import annotations
@@ -13,9 +20,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 from vfrl.proc_table import group_members
+
+ENGINE_CORE = "VLLM::EngineCore"  # the process title vLLM gives its engine core
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -47,21 +58,69 @@ def end_group(pgid: int, linger: float = 5.0, grace: float = 10.0) -> list[int]:
     return left
 
 
+def engine_cores(pgid: int) -> set[int]:
+    """The processes of group `pgid` that vLLM titled as its engine core."""
+    found = set()
+    for pid in group_members(pgid):
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+        except OSError:
+            continue
+        if title.startswith(ENGINE_CORE):
+            found.add(pid)
+    return found
+
+
+def wait_watching_engine(proc: subprocess.Popen, say, stopping, poll: float = 0.5) -> int:
+    """proc.wait(), but once an engine core seen in the server's group is gone while the server still runs (and
+    is not `stopping()`: asked to stop, when its engine ends first), end the group: the server without its engine
+    cannot serve, and may not notice (a hang at shutdown)."""
+    seen: set[int] = set()
+    while True:
+        try:
+            return proc.wait(timeout=poll)
+        except subprocess.TimeoutExpired:
+            pass
+        if stopping():
+            return proc.wait()
+        now = engine_cores(proc.pid)
+        if gone := seen - now:
+            if proc.poll() is not None or stopping():
+                return proc.wait()
+            say(f"vf-vllm: vLLM's engine core (pid {min(gone)}) exited while the server ran; ending the server",
+                flush=True)
+            end_group(proc.pid, linger=0, grace=3)
+            return proc.wait()
+        for pid in sorted(now - seen):  # named in the log: the pid an OOM-killer line in the kernel log will give
+            say(f"vf-vllm: vLLM's engine core is pid {pid}", flush=True)
+        seen |= now
+
+
+def start_reaper(pgid: int) -> subprocess.Popen:
+    """The process that ends group `pgid` if this one dies without doing it (reaper.py)."""
+    return subprocess.Popen([sys.executable, "-m", "vfrl.inference.reaper", str(pgid), str(os.getpid())],
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+
+
 def run_supervised(argv: list[str], env: dict[str, str], say=print, started=None) -> int:
     """Run `argv` as the leader of a new process group; return its exit code (128 + N for signal N).
     `started(pid)`, when given, is called with the server's pid once it is running."""
     proc = subprocess.Popen(argv, env=env, process_group=0)
+    start_reaper(proc.pid)
     if started is not None:
         started(proc.pid)
 
+    asked: list[int] = []
+
     def forward(signum, _frame):
+        asked.append(signum)
         _signal_group(proc.pid, signum)
         if signum == signal.SIGTERM:
             _signal_group(proc.pid, signal.SIGCONT)  # a stopped (hung) server would never see the TERM
 
     for sig in FORWARDED:
         signal.signal(sig, forward)
-    code = proc.wait()
+    code = wait_watching_engine(proc, say, stopping=lambda: bool(asked))
     code = code if code >= 0 else 128 - code
     left = end_group(proc.pid)
     if left:
