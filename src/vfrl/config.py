@@ -47,8 +47,9 @@ class EnvConfig(Strict):
     args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for load_environment().")
     renderer: str | dict[str, Any] | None = Field(
         None, description="verifiers 0.4 packages only: how verifiers turns messages (and tools) into token ids, a "
-                          "`renderers` name (\"qwen3\") or table ({name = \"default\", tool_parser = \"hermes-text\"}). Default: "
-                          "found from the model's name, which a local model folder does not match (plain chat template, no tools).")
+                          "`renderers` name (\"qwen3\") or table "
+                          "({name = \"default\", tool_parser = \"hermes-text\"}). Default: found from the model's "
+                          "name, which a local model folder does not match (plain chat template, no tools).")
 
 
 # vLLM's --gpu-memory-utilization on a GPU shared with the trainer when vf-rl cannot read the model's size
@@ -166,11 +167,13 @@ class TrainerArgs(Strict):
     loss_type: Literal["ratio_mask", "ppo_clip", "gspo"] = Field(
         "ratio_mask", description="Policy loss: token ratio masking, PPO clipping, or GSPO's sequence ratio.")
     loss_normalization: Literal["dapo", "dr_grpo", "grpo"] = Field(
-        "dapo", description="Per token over the batch (dapo), / (sequences * max_tokens) (dr_grpo), per sequence (grpo).")
+        "dapo",
+        description="Per token over the batch (dapo), / (sequences * max_tokens) (dr_grpo), per sequence (grpo).")
     mask_ratio_low: float = Field(0.125, ge=0, description="ratio_mask: drop tokens whose ratio is below this.")
     mask_ratio_high: float = Field(8.0, gt=0, description="ratio_mask: drop tokens whose ratio is above this.")
     epsilon: float = Field(0.2, gt=0, lt=1, description="ppo_clip/gspo: lower clip 1 - epsilon (GSPO paper: 3e-4).")
-    epsilon_high: float | None = Field(None, gt=0, description="ppo_clip/gspo: upper clip 1 + epsilon_high; unset = epsilon.")
+    epsilon_high: float | None = Field(
+        None, gt=0, description="ppo_clip/gspo: upper clip 1 + epsilon_high; unset = epsilon.")
     beta: float = Field(0.0, ge=0, description="KL penalty weight against the reference policy (the base model).")
     num_iterations: int = Field(1, ge=1, description="Optimizer updates per batch (PPO epochs).")
     scale_rewards: bool = Field(False, description="Divide advantages by the group's reward std.")
@@ -356,7 +359,8 @@ class TrainerConfig(Strict):
 
 class SlurmConfig(Strict):
     """`vf-rl @ cfg.toml --slurm`: the sbatch script's settings (launcher/slurm.py, docs/scaling.md)."""
-    partition: str | None = Field(None, min_length=1, description="#SBATCH --partition; left out: the cluster's default.")
+    partition: str | None = Field(
+        None, min_length=1, description="#SBATCH --partition; left out: the cluster's default.")
     account: str | None = Field(None, min_length=1, description="#SBATCH --account; left out: your default account.")
     time: str | None = Field(None, pattern=r"^(\d+-)?\d+(:\d{1,2}){0,2}$",
                              description="#SBATCH --time, as Slurm writes it (e.g. 04:00:00 or 1-00:00:00).")

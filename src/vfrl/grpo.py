@@ -63,7 +63,8 @@ class GRPOArgs:
         key = GUIDE_NAMES.get(name, name)
         if key not in TrainerArgs.model_fields:
             close = difflib.get_close_matches(name, [*TrainerArgs.model_fields, *GUIDE_NAMES], n=1)
-            raise ArgsError(f"vfrl: {ARGS_WHERE}: unknown argument '{name}'" + (f"; did you mean '{close[0]}'?" if close else ""))
+            raise ArgsError(f"vfrl: {ARGS_WHERE}: unknown argument '{name}'"
+                            + (f"; did you mean '{close[0]}'?" if close else ""))
         return key
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -239,7 +240,8 @@ class GRPOTrainer:
             wait_for_server(self.url, 900, RunDir(plan.run_dir).inference_pid if self.server is not None else None)
         except InferenceLost as e:
             self.close()
-            raise SystemExit(f"vfrl: evaluate: the inference server is lost: {e} (see {plan.run_dir}/logs/inference.log)")
+            raise SystemExit(f"vfrl: evaluate: the inference server is lost: {e} "
+                             f"(see {plan.run_dir}/logs/inference.log)")
         env = self.env or load_configured_environment(cfg.env.id, cfg.env.args, cfg.env.renderer)
         ids, eval_split = eval_example_ids(env, cfg.args.evaluation)
         if not ids:
@@ -295,7 +297,8 @@ def start_server(plan, paths) -> tuple[subprocess.Popen, str, str]:
     api_key = secrets.token_urlsafe(24)
     env = {**os.environ, **plan.inference.env, "VFRL_API_KEY": api_key}
     with open(paths.log("inference"), "w") as log:
-        proc = subprocess.Popen([console_script("vf-vllm"), "@", str(paths.config), "--pid-file", str(paths.inference_pid)],
+        proc = subprocess.Popen([console_script("vf-vllm"), "@", str(paths.config),
+                                 "--pid-file", str(paths.inference_pid)],
                                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     return proc, plan.config.inference.url, api_key
 

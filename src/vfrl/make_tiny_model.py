@@ -7,8 +7,8 @@ float sums depend on the thread count and the CPU, so this script writes other b
 here to make variants (seed, steps) and to say how the shipped one was made (its vfrl_tiny.json).
 
 A short supervised pass on the reverse-text environment's train split gives the random model the format
-(reply, then <|im_end|>) and partial skill, so that the quick start's RL run has something to improve. Needs the reverse-text environment installed
-(`vf-install reverse-text` in a folder made by vf-setup).
+(reply, then <|im_end|>) and partial skill, so that the quick start's RL run has something to improve. Needs the
+reverse-text environment installed (`vf-install reverse-text` in a folder made by vf-setup).
 """
 
 import argparse

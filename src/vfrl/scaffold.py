@@ -43,7 +43,8 @@ def setup(
     dest: Annotated[Path, typer.Argument(help="Where to write.")] = Path("."),
     force: Annotated[bool, typer.Option("--force", help="Overwrite files that already exist.")] = False,
 ) -> None:
-    """Write configs/rl/*.toml, configs/accelerate/*.yaml and environments/ into DEST (never overwrites without --force)."""
+    """Write configs/rl/*.toml, configs/accelerate/*.yaml and environments/ into DEST (never overwrites without
+    --force)."""
     if dest.exists() and not dest.is_dir():
         typer.secho(f"vf-setup: error: {dest} is a file; pass a directory", err=True, fg=typer.colors.RED)
         raise typer.Exit(2)

@@ -79,30 +79,53 @@ def _root() -> None:
     """vf-rl: RL training runs in tmux (vLLM + trainer)."""
 
 
-@app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+# `vf-rl run --help`. A string, not the docstring: typer shows a line break inside a paragraph after the first as it is
+# written, so each paragraph is one line of the help and several lines here.
+RUN_HELP = (
+    "Start a run: `vf-rl @ CONFIG` (same as `vf-rl run CONFIG`).\n\n"
+    "With inference.base_url (in CONFIG or --inference.base_url http://host:8000/v1) it trains against a vLLM server "
+    "vf-rl did not start: the server is checked first, only the trainer starts, and the server is never stopped "
+    "(docs/scaling.md).\n\n"
+    "Override config keys after CONFIG by their dotted names; overrides are validated like the file and written into "
+    "the run's resolved config.toml:\n\n"
+    "vf-rl @ cfg.toml --trainer.args.max_steps 10 --inference.port=0 --model Qwen/Qwen2.5-0.5B-Instruct\n\n"
+    'Values are TOML literals (10, 3e-4, true, "text", ["q_proj", "v_proj"]); anything else is a string; '
+    "a flag alone means true.")
+
+
+@app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, help=RUN_HELP)
 def run(
     ctx: typer.Context,
     config_path: Annotated[Path, typer.Argument(metavar="CONFIG", help="The run's TOML file.")],
-    session: Annotated[Optional[str], typer.Option("--session", "-s", help="tmux session name \\[default: run_name].")] = None,
+    session: Annotated[Optional[str], typer.Option(
+        "--session", "-s", help="tmux session name \\[default: run_name].")] = None,
     tmux_socket: SocketOption = None,
-    attach: Annotated[Optional[bool], typer.Option("--attach/--no-attach", help="Attach to the session \\[default: when stdout is a terminal]; without it vf-rl waits for the trainer, streams its log and exits with its code.")] = None,
-    detach: Annotated[bool, typer.Option("--detach", "-d", help="Start the session and return at once (follow with `vf-rl logs -f`).")] = False,
-    replace: Annotated[bool, typer.Option("--replace", help="If the session already exists, stop it cleanly (as `vf-rl stop` does), then start.")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved config and the plan (devices, each pane's exact script and environment, run directory); start nothing.")] = False,
-    slurm: Annotated[bool, typer.Option("--slurm", help="Write the run as an sbatch script (RUN_DIR/job.sbatch; [slurm] table) instead of starting tmux; with --dry-run only print it (docs/scaling.md).")] = False,
-    submit: Annotated[bool, typer.Option("--submit", help="With --slurm: submit the script (sbatch) and print the job id; follow with `vf-rl logs -f RUN_DIR`, stop with `vf-rl stop RUN_DIR`.")] = False,
-    resume: Annotated[Optional[str], typer.Option("--resume", metavar="[STEP|PATH]", help="Continue from a checkpoint in the same run dir: alone, the newest one of the newest run dir of this run_name; or a step number; or a checkpoint/run dir path.")] = None,
+    attach: Annotated[Optional[bool], typer.Option(
+        "--attach/--no-attach",
+        help="Attach to the session \\[default: when stdout is a terminal]; without it vf-rl waits for the trainer, "
+             "streams its log and exits with its code.")] = None,
+    detach: Annotated[bool, typer.Option(
+        "--detach", "-d", help="Start the session and return at once (follow with `vf-rl logs -f`).")] = False,
+    replace: Annotated[bool, typer.Option(
+        "--replace",
+        help="If the session already exists, stop it cleanly (as `vf-rl stop` does), then start.")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run",
+        help="Print the resolved config and the plan (devices, each pane's exact script and environment, "
+             "run directory); start nothing.")] = False,
+    slurm: Annotated[bool, typer.Option(
+        "--slurm",
+        help="Write the run as an sbatch script (RUN_DIR/job.sbatch; [slurm] table) instead of starting tmux; "
+             "with --dry-run only print it (docs/scaling.md).")] = False,
+    submit: Annotated[bool, typer.Option(
+        "--submit",
+        help="With --slurm: submit the script (sbatch) and print the job id; follow with `vf-rl logs -f RUN_DIR`, "
+             "stop with `vf-rl stop RUN_DIR`.")] = False,
+    resume: Annotated[Optional[str], typer.Option(
+        "--resume", metavar="[STEP|PATH]",
+        help="Continue from a checkpoint in the same run dir: alone, the newest one of the newest run dir of this "
+             "run_name; or a step number; or a checkpoint/run dir path.")] = None,
 ) -> None:
-    """Start a run: `vf-rl @ CONFIG` (same as `vf-rl run CONFIG`).
-
-    With inference.base_url (in CONFIG or --inference.base_url http://host:8000/v1) it trains against a vLLM server vf-rl did not start: the server is checked first, only the trainer starts, and the server is never stopped (docs/scaling.md).
-
-    Override config keys after CONFIG by their dotted names; overrides are validated like the file and written into the run's resolved config.toml:
-
-    vf-rl @ cfg.toml --trainer.args.max_steps 10 --inference.port=0 --model Qwen/Qwen2.5-0.5B-Instruct
-
-    Values are TOML literals (10, 3e-4, true, "text", ["q_proj", "v_proj"]); anything else is a string; a flag alone means true.
-    """
     cfg = validated_config(ctx, config_path, dry_run)
     if submit and not slurm:
         fail("--submit submits the sbatch script of --slurm: add --slurm")
@@ -181,7 +204,8 @@ def run_as_slurm_job(ctx: typer.Context, cfg: RLConfig, config_path: Path, resum
         fail(f"{config_path}: {e}")
     slurm.place(plan, lay)
     plan.notes += slurm.notes(cfg, lay)
-    plan.trainer.env[RESUME_COMMAND_ENV] = shlex.join(["vf-rl", "@", str(config_path), *ctx.args, "--slurm", "--submit"])
+    plan.trainer.env[RESUME_COMMAND_ENV] = shlex.join(["vf-rl", "@", str(config_path), *ctx.args,
+                                                       "--slurm", "--submit"])
     script = slurm.sbatch_script(plan, lay, workdir)
     if dry_run:
         per_node = Machine(gpus=lay.gpus_per_node, cpus=machine.cpus, gpu_memory_mib=machine.gpu_memory_mib)
@@ -332,7 +356,9 @@ def pick_session(srv, session: str | None, socket_name: str | None) -> tuple[str
 
 @app.command("stop")
 def stop(
-    session: Annotated[Optional[str], typer.Argument(metavar="SESSION|RUN_DIR", help="Session name \\[default: the only vf-rl session], or the run directory of a --slurm run.")] = None,
+    session: Annotated[Optional[str], typer.Argument(
+        metavar="SESSION|RUN_DIR",
+        help="Session name \\[default: the only vf-rl session], or the run directory of a --slurm run.")] = None,
     tmux_socket: SocketOption = None,
     timeout: Annotated[float, typer.Option(help="Seconds the trainer gets to finish its step after Ctrl-C.")] = 60,
 ) -> None:
@@ -360,7 +386,8 @@ def stop(
 
 @app.command("status")
 def status(
-    run_dir: Annotated[Optional[Path], typer.Argument(metavar="[RUN_DIR]", help="The run directory of a --slurm run: its job's state.")] = None,
+    run_dir: Annotated[Optional[Path], typer.Argument(
+        metavar="[RUN_DIR]", help="The run directory of a --slurm run: its job's state.")] = None,
     tmux_socket: SocketOption = None,
 ) -> None:
     """One line per vf-rl session: trainer and inference state, last step and reward, run directory.
@@ -384,7 +411,9 @@ def status(
 
 
 @app.command("watch")
-def watch_cmd(run_dir: Annotated[Path, typer.Argument(help="A run directory (has or will have metrics.jsonl).")]) -> None:
+def watch_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (has or will have metrics.jsonl).")],
+) -> None:
     """Print one line per training step as it is logged (reward, 10-step mean, loss, KL, step time, ETA)."""
     from vfrl.launcher.watch import watch
 
@@ -396,10 +425,13 @@ def watch_cmd(run_dir: Annotated[Path, typer.Argument(help="A run directory (has
 
 @app.command("logs")
 def logs(
-    target: Annotated[Optional[str], typer.Argument(metavar="SESSION|RUN_DIR", help="A vf-rl session or a run directory \\[default: the only vf-rl session].")] = None,
+    target: Annotated[Optional[str], typer.Argument(
+        metavar="SESSION|RUN_DIR",
+        help="A vf-rl session or a run directory \\[default: the only vf-rl session].")] = None,
     pane: Annotated[str, typer.Option("--pane", "-p", help="inference or trainer.")] = "trainer",
     lines: Annotated[int, typer.Option("--lines", "-n", help="Lines of the log to show first.")] = 40,
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the run ends (or Ctrl-C).")] = False,
+    follow: Annotated[bool, typer.Option(
+        "--follow", "-f", help="Keep printing new lines until the run ends (or Ctrl-C).")] = False,
     tmux_socket: SocketOption = None,
 ) -> None:
     """Print a pane's log (logs/trainer.log or logs/inference.log of the run)."""
@@ -429,7 +461,8 @@ def logs(
 @app.command("plot")
 def plot(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (has metrics.jsonl).")],
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="PNG path \\[default: RUN_DIR/curves.png].")] = None,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", "-o", help="PNG path \\[default: RUN_DIR/curves.png].")] = None,
 ) -> None:
     """Write PNG curves (reward and eval reward, loss, mismatch KL, step time) of a run."""
     if not RunDir(run_dir).metrics.is_file():

@@ -23,7 +23,8 @@ class Machine:
 
 
 def nvidia_smi(*args: str) -> str:
-    """nvidia-smi's output; empty when it is missing or fails (no GPU, no driver). No torch: the launcher stays light."""
+    """nvidia-smi's output; empty when it is missing or fails (no GPU, no driver). No torch: the launcher stays
+    light."""
     if not shutil.which("nvidia-smi"):
         return ""
     try:

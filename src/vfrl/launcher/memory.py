@@ -81,10 +81,12 @@ def gib(n: float) -> str:
 
 def hub_cache_config(model: str) -> Path | None:
     """config.json of hub id `model` if an earlier download left it in the Hugging Face cache."""
-    cache = os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME", Path.home() / ".cache/huggingface")) / "hub"
+    cache = (os.environ.get("HF_HUB_CACHE")
+             or Path(os.environ.get("HF_HOME", Path.home() / ".cache/huggingface")) / "hub")
     repo = Path(cache) / f"models--{model.replace('/', '--')}"
     ref = repo / "refs" / "main"
-    snapshots = [repo / "snapshots" / ref.read_text().strip()] if ref.is_file() else sorted((repo / "snapshots").glob("*"))
+    snapshots = ([repo / "snapshots" / ref.read_text().strip()] if ref.is_file()
+                 else sorted((repo / "snapshots").glob("*")))
     return next((s / "config.json" for s in snapshots if (s / "config.json").is_file()), None)
 
 

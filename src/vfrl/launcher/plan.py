@@ -138,7 +138,8 @@ def split_memory(cfg: RLConfig, gpu_mib: int | None, workdir: Path, processes: i
         why = ("the GPU's total memory is unknown (nvidia-smi did not list it)" if shape is not None else
                f'the size of model "{cfg.model}" cannot be read offline (no config.json in a local folder or '
                f"the Hugging Face cache)")
-        return SharedMemory(None, util, given is None), [f"memory not checked: {why}; vLLM takes {util} of each shared GPU"]
+        return (SharedMemory(None, util, given is None),
+                [f"memory not checked: {why}; vLLM takes {util} of each shared GPU"])
     total = gpu_mib * 2**20
     vllm = vllm_need(shape, cfg.inference.args, reloads_weights=not cfg.serves_adapters)
     trainer = trainer_need(shape, cfg, processes)

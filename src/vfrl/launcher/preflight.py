@@ -20,8 +20,8 @@ def environment_problem(env_id: str, renderer: str | dict | None = None) -> str 
     module = env_id.replace("-", "_").split("/")[-1]
     if renderer is not None:
         if not is_verifiers_package(env_id):
-            return (f"env.renderer = {renderer!r} is for verifiers 0.4 packages, and '{env_id}' is not one (vLLM renders "
-                    f"its prompts with the model's chat template): remove env.renderer")
+            return (f"env.renderer = {renderer!r} is for verifiers 0.4 packages, and '{env_id}' is not one "
+                    f"(vLLM renders its prompts with the model's chat template): remove env.renderer")
         from vfrl.envs.verifiers_v1 import V1EnvironmentError, renderer_config
 
         try:
@@ -33,7 +33,8 @@ def environment_problem(env_id: str, renderer: str | dict | None = None) -> str 
     if find_spec(module) is not None:
         return None
     return (f'env.id = "{env_id}" is invalid: no such environment is installed (installed: '
-            f'{", ".join(names) or "none"}); install it with `vf-install {env_id}` or `pip install -e environments/{module}`')
+            f'{", ".join(names) or "none"}); install it with `vf-install {env_id}` or '
+            f'`pip install -e environments/{module}`')
 
 
 def liger_problem(cfg: RLConfig) -> str | None:

@@ -28,7 +28,8 @@ def pane_script(pane: PanePlan, run_dir: Path, workdir: Path, after: list[str] =
     """
     lines = ["#!/usr/bin/env bash", f"# vf-rl {pane.title.lower()} pane", "set -o pipefail",
              "trap : INT TERM",
-             f"trap '' {SLURM_STOP}  # `vf-rl stop` of a Slurm job: the trainer's signal alone (trainer/stop_signals.py)",
+             f"trap '' {SLURM_STOP}  # `vf-rl stop` of a Slurm job: the trainer's signal alone "
+             "(trainer/stop_signals.py)",
              f"cd {shlex.quote(str(workdir))}", source_line(run_dir),
              f"export {MARKER}={shlex.quote(str(run_dir))}  # vf-rl stop finds the run's processes by it"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in pane.env.items()]
@@ -67,7 +68,8 @@ def trainer_epilogue(run_dir: Path, grace_s: int = 30, remote: str | None = None
     """
     paths = RunDir(run_dir)
     q = lambda p: shlex.quote(str(p))  # noqa: E731
-    others = [f'[ {node_rank} = 0 ] || exit $code  # trainer node ranks > 0: node rank 0 records the end'] if node_rank else []
+    others = ([f'[ {node_rank} = 0 ] || exit $code  # trainer node ranks > 0: node rank 0 records the end']
+              if node_rank else [])
     done = others + [
         record_exit_code(run_dir, "trainer"),
         f"rm -f {q(paths.api_key)} {q(paths.environment)}  # both panes read them at start",

@@ -50,7 +50,8 @@ def find_checkpoint(base: Path, resume: str) -> tuple[Path, Path]:
     ckpt = checkpoints / f"{PREFIX}{int(resume)}"
     if not is_complete(ckpt):
         have = ", ".join(p.name for p in sorted(checkpoints.glob(f"{PREFIX}*")) if is_complete(p))
-        raise ResumeError(f"--resume {resume}: {run_dir} has no complete checkpoint step-{int(resume)} (it has: {have})")
+        raise ResumeError(f"--resume {resume}: {run_dir} has no complete checkpoint step-{int(resume)} "
+                          f"(it has: {have})")
     return run_dir, ckpt
 
 

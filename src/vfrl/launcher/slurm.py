@@ -54,8 +54,8 @@ def layout(cfg: RLConfig, here: Machine) -> Layout:
         return Layout(nodes=1, gpus_per_node=per_node, inference_node=False)
     for key, gpus in (("inference.gpus", 0 if remote else inf.gpus), ("trainer.gpus", tr.gpus)):
         if per_node and gpus > per_node:
-            raise PlanError(key, gpus, f"more than slurm.gpus_per_node = {per_node}: vLLM and each trainer node get one "
-                            f"node of the job at most; lower {key} or raise slurm.gpus_per_node")
+            raise PlanError(key, gpus, f"more than slurm.gpus_per_node = {per_node}: vLLM and each trainer node get "
+                            f"one node of the job at most; lower {key} or raise slurm.gpus_per_node")
     if not remote and inf.share_gpus == "always":
         why = (f"trainer.nodes = {tr.nodes}: vLLM gets a node of its own" if tr.nodes > 1 else
                f"inference.gpus + trainer.gpus = {need} do not fit on one node of slurm.gpus_per_node = {per_node}")
@@ -132,7 +132,8 @@ def sbatch_script(plan: Plan, lay: Layout, workdir: Path) -> str:
                  "inference=$!"]
     if lay.trainer_nodes > 1:
         n = lay.trainer_nodes
-        body += [f'export {JOB_MAIN_ADDRESS_ENV}="${{nodes[{first}]}}"  # trainer node rank 0: the others meet it there',
+        body += [f'export {JOB_MAIN_ADDRESS_ENV}="${{nodes[{first}]}}"  '
+                 "# trainer node rank 0: the others meet it there",
                  f"srun --nodes={n} --ntasks={n} --ntasks-per-node=1 --relative={first} bash {trainer}  "
                  f"# one task per node, SLURM_PROCID = its node rank"]
     else:

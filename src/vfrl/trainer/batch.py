@@ -64,7 +64,9 @@ class TrainBatch:
 
     def trimmed(self) -> "TrainBatch":
         T = max(2, int(self.attention_mask.sum(1).max()))  # a row of padding alone still has a position
-        return self._map(lambda t: t if t.dim() == 1 else t[:, :T] if t.shape[1] == self.input_ids.shape[1] else t[:, :T - 1])
+        return self._map(lambda t: t if t.dim() == 1
+                         else t[:, :T] if t.shape[1] == self.input_ids.shape[1]
+                         else t[:, :T - 1])
 
     def to(self, device) -> "TrainBatch":
         return self._map(lambda t: t.to(device))

@@ -165,7 +165,6 @@ def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, state: T
 # ---------- reading ----------
 def load_model_weights(model, model_dir: Path) -> None:
     """Load what save_pretrained() wrote back into `model` (the peft model or the plain model), strictly."""
-    import torch
     from safetensors.torch import load_file
 
     adapter = model_dir / "adapter_model.safetensors"

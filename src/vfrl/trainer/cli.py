@@ -29,7 +29,10 @@ app = typer.Typer(add_completion=False, help=__doc__, pretty_exceptions_enable=F
 def train(
     at: Annotated[str, typer.Argument(metavar="@", help="Literal '@' followed by the resolved config file.")],
     config_path: Annotated[Path, typer.Argument(metavar="CONFIG", exists=True, dir_okay=False)],
-    base_url: Annotated[str | None, typer.Option(envvar="VFRL_INFERENCE_URL", help="vLLM base URL of a server on another machine (a Slurm job's inference node): watched by /health only, never stopped; default: inference.base_url, else [inference] host/port.")] = None,
+    base_url: Annotated[str | None, typer.Option(
+        envvar="VFRL_INFERENCE_URL",
+        help="vLLM base URL of a server on another machine (a Slurm job's inference node): watched by /health only, "
+             "never stopped; default: inference.base_url, else [inference] host/port.")] = None,
 ) -> None:
     """Train the run described by CONFIG (as written by vf-rl into the run directory)."""
     if at != "@":

@@ -40,7 +40,8 @@ class Learner:
             raise ValueError(f"trainer.args.batch_size / micro_batch_size = {micro_batches} micro-batches cannot be "
                              f"shared by {self.ranks.world_size} trainer processes; make it a multiple")
         self.tokenizer = AutoTokenizer.from_pretrained(config.model)
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        self.pad_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
+                       else self.tokenizer.eos_token_id)
         self.model, self.optimizer, self.scheduler = prepare_training(self.accelerator, load_policy(config),
                                                                       a.optimizer)
         # the KL penalty's reference policy (beta > 0): see reference.py
@@ -91,16 +92,17 @@ class Learner:
         """
         a = self.args
         self.in_step = True
-        tb, rewards = make_train_batch(batch.rollouts, a.batch, self.pad_id, batch.sizes())  # with whole-batch loss weights
+        # with whole-batch loss weights
+        tb, rewards = make_train_batch(batch.rollouts, a.batch, self.pad_id, batch.sizes())
         micro = self.my_micro_batches(tb)
         sums = dict.fromkeys(["loss", "grad_norm", "low", "high", "entropy", "mismatch_kl", "kl", "sampled",
                               "sampler_kl", "sampler_tokens"], 0.0)
         if micro:  # vLLM against the trainer on the policy that sampled the batch (sampler_check.py)
             mb = micro[0][0]
             with self.accelerator.autocast():
-                checked = self.sampler_check.measure(mb.input_ids, mb.attention_mask, mb.sampled_mask & (mb.loss_mask > 0),
-                                                     mb.sampling_logprobs, batch.policy_version, self.steps_done,
-                                                     a.temperature)
+                checked = self.sampler_check.measure(mb.input_ids, mb.attention_mask,
+                                                     mb.sampled_mask & (mb.loss_mask > 0), mb.sampling_logprobs,
+                                                     batch.policy_version, self.steps_done, a.temperature)
             if checked is not None:
                 sums["sampler_kl"], sums["sampler_tokens"] = checked
         self.sampler_check.keep(self.steps_done)
@@ -110,7 +112,8 @@ class Learner:
             for mb, packed in micro:
                 synced = mb is micro[-1][0]  # DDP all-reduces the gradients in this backward
                 with contextlib.nullcontext() if synced else self.accelerator.no_sync(self.model):
-                    for key, value in self.micro_step(mb, packed, it == 0, synced and self.ranks.world_size > 1).items():
+                    metrics = self.micro_step(mb, packed, it == 0, synced and self.ranks.world_size > 1)
+                    for key, value in metrics.items():
                         sums[key] += value
             sums["grad_norm"] += float(self.accelerator.clip_grad_norm_(self.model.parameters(), a.max_grad_norm))
             self.optimizer.step()

@@ -32,7 +32,8 @@ class MismatchWatch:
         elif len(self.history) >= self.min_history:
             med = median(self.history)
             if value > self.jump * max(med, self.warn_at / 100):
-                reason = f"mismatch_kl jumped to {value:.3g}, {value / max(med, 1e-30):.0f}x its running median {med:.3g}"
+                reason = (f"mismatch_kl jumped to {value:.3g}, {value / max(med, 1e-30):.0f}x its running median "
+                          f"{med:.3g}")
         if reason is None:
             self.history.append(value)
         return reason and reason + " (broken weight sync, chat template or tokenizer mismatch?)"

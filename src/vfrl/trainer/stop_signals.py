@@ -41,7 +41,8 @@ def _terminate(signum: int, frame: object) -> None:
     """SIGTERM and SIGUSR2 do what Ctrl-C does now. Inside the training loop that is asyncio.Runner's SIGINT
     handler: it cancels the loop's main task, which ends at its next await. Raising KeyboardInterrupt here
     instead lands in whatever the main thread runs, and where that is a weakref callback of the garbage
-    collector, Python prints "Exception ignored" and drops it, and a Slurm job trains on after `vf-rl stop`. Outside the loop (start-up, the final save) Ctrl-C's handler raises KeyboardInterrupt."""
+    collector, Python prints "Exception ignored" and drops it, and a Slurm job trains on after `vf-rl stop`.
+    Outside the loop (start-up, the final save) Ctrl-C's handler raises KeyboardInterrupt."""
     _seen.append(signum)
     on_ctrl_c = signal.getsignal(signal.SIGINT)  # release's default_int_handler, or asyncio.Runner's
     if callable(on_ctrl_c):

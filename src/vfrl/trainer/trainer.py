@@ -187,7 +187,8 @@ class RLTrainer:
                              max_retries=2, http_client=sent.client())
         self.pipeline = Pipeline(self.sync, torch_thread, Orchestrator(self.env, client, self.args.generation), sent)
         loop = asyncio.create_task(self._train(self.pipeline))
-        watch = asyncio.create_task(watch_inference(self.base_url, self.inference_pid_file, self.args.inference_timeout))
+        watch = asyncio.create_task(watch_inference(self.base_url, self.inference_pid_file,
+                                                    self.args.inference_timeout))
         try:
             await asyncio.wait({loop, watch}, return_when=asyncio.FIRST_COMPLETED)
             if not loop.done():  # the watch raised
