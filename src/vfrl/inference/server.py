@@ -25,6 +25,7 @@ from typing import Annotated, Any
 import typer
 
 from vfrl.config import load_config
+from vfrl.inference import vllm_version
 from vfrl.inference.endpoints import client_host, route_path
 from vfrl.inference.lora_ranks import lora_rank_ceiling
 from vfrl.inference.reload_route import RELOAD_MIDDLEWARE
@@ -126,7 +127,10 @@ def server_argv(model: str, host: str, port: int, max_lora_rank: int | None, ext
         # CPU build otherwise spawns a worker process that imports vLLM and torch again, on every start.
         args.setdefault("distributed_executor_backend", "uni")
     ours = []
-    if args.get("enable_scale_out"):
+    scale_out = args.get("enable_scale_out")
+    if "enable_scale_out" in args and not vllm_version.scale_out_flag():
+        del args["enable_scale_out"]  # vLLM < 0.30 serves the route always and stops on the unknown flag
+    if scale_out:
         from vfrl.inference.generate_compat import COMPAT_MIDDLEWARE
 
         ours += ["--middleware", COMPAT_MIDDLEWARE]  # /inference/v1/generate as verifiers 0.4 reads it

@@ -177,8 +177,12 @@ class WeightReloadExtension:
                 logger.warning("vfrl: weights version %s has no tensors for %s; they keep their old values",
                                version, sorted(missing))
         else:
-            # the Worker's own reload: it sets vLLM's current config, which quantized and MoE layers read on a GPU
-            self.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
+            # the Worker's own reload, under vLLM's current config, which quantized and MoE layers read on a GPU (vLLM
+            # 0.29+'s Worker sets it itself; 0.25's does not: vllm_version.py)
+            from vllm.config import set_current_vllm_config
+
+            with set_current_vllm_config(self.vllm_config):
+                self.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
         t_load = time.perf_counter()
         with torch.no_grad():
             for _, module in packed:
