@@ -10,8 +10,8 @@ from vfrl.config import TrainerArgs
 from vfrl.envs.environment import Rollout
 from vfrl.trainer.advantages import group_advantages, reward_stats
 from vfrl.trainer.batch import collate, make_train_batch
-from vfrl.trainer.loss import (gspo_loss, kl_penalty, mismatch_kl, policy_loss, ppo_clip_loss,
-                               ratio_mask_loss)
+from vfrl.trainer.loss import (LossInputs, compute_loss, gspo_loss, importance_weights, kl_penalty, mismatch_kl,
+                               policy_loss, ppo_clip_loss, ratio_mask_loss)
 from vfrl.trainer.normalization import loss_weights
 
 LOG = math.log
@@ -122,6 +122,38 @@ def test_policy_loss_dispatch_defaults_epsilon_high_to_epsilon():
     assert math.isclose(pl.per_token.item(), -1.1, rel_tol=1e-6)
 
 
+# ---- the sampler correction (TIS / MIS) ----
+# two rows: pi_old/pi_sampler per token = (2, 0.5, 4) and (1.5, 1.2, -); the last token of row 2 was not sampled
+OLD = torch.log(torch.tensor([[0.4, 0.2, 0.8], [0.3, 0.6, 0.9]]))
+SAMPLING = torch.log(torch.tensor([[0.2, 0.4, 0.2], [0.2, 0.5, 0.7]]))
+SAMPLED = torch.tensor([[True, True, True], [True, True, False]])
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("token_truncate", [[2.0, 0.5, 3.0], [1.5, 1.2, 1.0]]),  # 4 capped at 3; not sampled: 1
+    ("token_mask", [[2.0, 0.5, 0.0], [1.5, 1.2, 1.0]]),  # 4 > 3: no loss
+    ("sequence_truncate", [[3.0] * 3, [1.8] * 3]),  # 2 * 0.5 * 4 = 4 -> 3; 1.5 * 1.2 = 1.8
+    ("sequence_mask", [[0.0] * 3, [1.8] * 3]),
+])
+def test_importance_weights_hand_computed(mode, expected):
+    w = importance_weights(OLD, SAMPLING, SAMPLED, mode, cap=3.0)
+    assert torch.allclose(w, torch.tensor(expected), atol=1e-5), w
+
+
+def test_importance_weights_scale_each_tokens_loss_and_unknown_modes_are_refused():
+    logprobs = torch.log(torch.tensor([[0.5, 0.5]])).requires_grad_()
+    inputs = LossInputs(logprobs, logprobs.detach(), None, torch.tensor([1.0]), torch.ones(1, 2),
+                        torch.full((1, 2), 0.5), is_weights=torch.tensor([[2.0, 0.0]]))
+    out = compute_loss(inputs, TrainerArgs(loss_type="ppo_clip").loss)
+    assert math.isclose(out.loss.item(), -(2.0 * 1.0 * 0.5 + 0.0), rel_tol=1e-6)  # ratio 1, A = 1, weight 0.5
+    out.loss.backward()
+    assert logprobs.grad[0, 1] == 0 and logprobs.grad[0, 0] != 0  # the masked token gives no gradient
+    with pytest.raises(ValueError, match="unknown vllm_importance_sampling_mode"):
+        importance_weights(OLD, SAMPLING, SAMPLED, "token_clip", cap=3.0)
+    with pytest.raises(ValidationError):
+        TrainerArgs(vllm_importance_sampling_mode="token_clip")
+
+
 # ---- normalizations ----
 MASK = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
 PER_TOKEN = torch.tensor([[1.0, 2.0, 3.0, 99.0], [4.0, 99.0, 99.0, 99.0]])
@@ -182,6 +214,19 @@ def test_zero_truncated_completions_zeroes_reward_before_advantages():
 
 
 # ---- config ----
+def test_filter_zero_std_groups_takes_flat_groups_out_of_the_loss_and_its_normalization():
+    # group 0: rewards 1, 1 (flat); group 1: 0, 1
+    rs = [rollout([5], [6, 7], reward=1.0), rollout([5], [6], reward=1.0), rollout([5], [8], reward=0.0),
+          rollout([5], [8, 9, 7], reward=1.0)]
+    args = TrainerArgs(rollouts_per_example=2, batch_size=4, max_tokens=4, max_seq_len=8)
+    kept, _ = make_train_batch(rs, args.batch, pad_id=0)
+    assert kept.loss_mask.sum(-1).tolist() == [2, 1, 1, 3]
+    b, _ = make_train_batch(rs, args.model_copy(update={"filter_zero_std_groups": True}).batch, pad_id=0)
+    assert b.loss_mask.sum(-1).tolist() == [0, 0, 1, 3]
+    assert torch.allclose(b.loss_weights.sum(), torch.tensor(1.0))  # dapo: 1 / the 4 tokens left, each
+    assert torch.allclose(kept.loss_weights.sum(), torch.tensor(1.0)) and kept.loss_weights.max() < b.loss_weights.max()
+
+
 def test_trl_normalization_name_as_loss_type_points_to_loss_normalization():
     with pytest.raises(ValidationError, match="loss_normalization = 'dr_grpo'"):
         TrainerArgs(loss_type="dr_grpo")

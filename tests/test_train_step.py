@@ -82,6 +82,25 @@ def test_train_step_updates_the_adapter(tiny_model, tmp_path, loss_type):
     assert {"reward_mean", "reward_std", "zero_std_groups", "lr", "masked_fraction"} <= set(stats)
 
 
+def test_the_sampler_correction_weighs_a_stale_batch_and_masks_what_is_past_its_cap(tiny_model, tmp_path):
+    """vllm_importance_sampling_correction: on the policy's own batch every weight is 1; on a batch one policy
+    stale the weights move off 1; a mask at a cap no sequence's weight stays under gives no gradient at all."""
+    trainer = make_learner(tiny_model, tmp_path, vllm_importance_sampling_correction=True, learning_rate=5e-2)
+    batch = fake_batch(trainer)
+    first = trainer.train_step(batch)
+    assert abs(first["importance_sampling_ratio"] - 1) < 1e-4 and first["importance_sampling_masked_fraction"] == 0
+    assert math.isfinite(first["loss"]) and first["grad_norm"] > 0
+    stale = trainer.train_step(batch)  # sampled by the policy before this one
+    assert abs(stale["importance_sampling_ratio"] - 1) > 1e-3 and math.isfinite(stale["loss"])
+
+    masked = make_learner(tiny_model, tmp_path / "masked", vllm_importance_sampling_correction=True,
+                          vllm_importance_sampling_mode="sequence_mask", vllm_importance_sampling_cap=1e-6)
+    before = trainable(masked)
+    stats = masked.train_step(fake_batch(masked))
+    assert stats["importance_sampling_masked_fraction"] == 1.0 and stats["grad_norm"] == 0
+    assert not changed(before, masked)
+
+
 def test_kl_is_zero_before_the_first_update_and_positive_after(tiny_model, tmp_path):
     trainer = make_learner(tiny_model, tmp_path, beta=0.1)
     batch = fake_batch(trainer)
@@ -163,7 +182,8 @@ def test_a_batch_that_lost_rollouts_trains_logs_its_fault_counts_and_warns(tiny_
     run.run_log.step(1, {"step": 1, "max_steps": 4, **stats}, batch)
     assert f"!!! WARNING: {batch.warning}" in capsys.readouterr().out
     rows = [json.loads(x) for x in (tmp_path / "rollouts" / "step_1.jsonl").read_text().splitlines()]
-    assert len(rows) == GROUP + 1 and rows[0]["reward_errors"] == {"lcs": "returned nan"} and rows[1]["reward_errors"] == {}
+    assert (len(rows) == GROUP + 1 and rows[0]["reward_errors"] == {"lcs": "returned nan"}
+            and rows[1]["reward_errors"] == {})
 
 
 # ---- logprobs and the reference policy ----
@@ -327,7 +347,8 @@ def test_micro_batches_go_by_length_without_padding_columns_and_keep_the_gradien
     assert a["loss"] == pytest.approx(b["loss"], rel=1e-5) and a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)
     # the step's gradients (still in .grad) agree; Adam's first update is lr x sign, so compare those
     grads = [(p.grad, q.grad) for p, q in zip(whole.model.parameters(), split.model.parameters()) if p.requires_grad]
-    assert all(torch.allclose(g, h, rtol=1e-4, atol=1e-7) for g, h in grads) and any(g.abs().sum() > 0 for g, _ in grads)
+    assert (all(torch.allclose(g, h, rtol=1e-4, atol=1e-7) for g, h in grads)
+            and any(g.abs().sum() > 0 for g, _ in grads))
 
 
 def test_a_step_lays_out_its_micro_batches_from_cpu_tensors_and_trains_as_the_rows_do(tiny_model, tmp_path,
@@ -366,7 +387,8 @@ def test_an_adapter_push_writes_what_peft_loads_without_a_model_card(tiny_model,
     trainer.train_step(fake_batch(trainer))  # lora_B is no longer zero
     model = trainer.accelerator.unwrap_model(trainer.model)
     save_adapter(model, tmp_path / "adapter")
-    assert sorted(p.name for p in (tmp_path / "adapter").iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "adapter").iterdir()) == ["adapter_config.json",
+                                                                        "adapter_model.safetensors"]
     assert "create_or_update_model_card" not in vars(model)  # the method is back
     loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model), tmp_path / "adapter")
     mine = {n: p for n, p in model.named_parameters() if "lora_" in n}
@@ -377,7 +399,8 @@ def test_an_adapter_push_writes_what_peft_loads_without_a_model_card(tiny_model,
 @pytest.mark.parametrize("targets", [["q_proj", "v_proj"], ["q_proj", "embed_tokens"]])
 def test_save_adapter_writes_what_peft_s_own_save_writes(tiny_model, tmp_path, targets):
     """save_adapter decides peft's save_embedding_layers = "auto" once per model instead of at every save: the files
-    hold the same tensors as a plain save_pretrained, with the embeddings targeted (base embeddings saved too) or not."""
+    hold the same tensors as a plain save_pretrained, with the embeddings targeted (base embeddings saved too) or
+    not."""
     import warnings
 
     from peft import LoraConfig, get_peft_model

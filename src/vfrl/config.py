@@ -175,11 +175,20 @@ class TrainerArgs(Strict):
     epsilon_high: float | None = Field(
         None, gt=0, description="ppo_clip/gspo: upper clip 1 + epsilon_high; unset = epsilon.")
     beta: float = Field(0.0, ge=0, description="KL penalty weight against the reference policy (the base model).")
+    vllm_importance_sampling_correction: bool = Field(False, description=(
+        "pi_old is the trainer's policy at the step's start, and the sampler's gap to it weighs each token "
+        "(TRL's correction): see vllm_importance_sampling_mode and _cap."))
+    vllm_importance_sampling_mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = (
+        Field("token_truncate", description="truncate (TIS) or mask (MIS) the weight, per token or per sequence."))
+    vllm_importance_sampling_cap: float = Field(3.0, gt=0, description="The weight's bound (TIS, MIS).")
     num_iterations: int = Field(1, ge=1, description="Optimizer updates per batch (PPO epochs).")
     scale_rewards: bool = Field(False, description="Divide advantages by the group's reward std.")
     mask_env_responses: bool = Field(True, description="Environment tokens in a completion get no loss.")
     mask_truncated_completions: bool = Field(False, description="Truncated rollouts get no loss.")
     zero_truncated_completions: bool = Field(False, description="Truncated rollouts get reward 0.")
+    filter_zero_std_groups: bool = Field(False, description=(
+        "Groups whose rollouts all got one reward get no loss and leave the loss normalization (DAPO's dynamic "
+        "sampling, without resampling); zero_std_groups counts them."))
     logprob_chunk_size: int = Field(1024, ge=1, description="Token positions per lm_head chunk (caps logits memory).")
 
     @field_validator("loss_type", mode="before")

@@ -28,6 +28,9 @@ class LossSection:
     epsilon: float
     epsilon_high: float | None
     beta: float
+    vllm_importance_sampling_correction: bool
+    vllm_importance_sampling_mode: str
+    vllm_importance_sampling_cap: float
 
     @property
     def upper_epsilon(self) -> float:
@@ -47,6 +50,7 @@ class BatchSection:
     mask_env_responses: bool
     mask_truncated_completions: bool
     zero_truncated_completions: bool
+    filter_zero_std_groups: bool
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,13 @@ def group_advantages(rewards: torch.Tensor, group_sizes: int | list[int], scale_
     return adv
 
 
+def flat_groups(rewards: torch.Tensor, group_sizes: int | list[int]) -> torch.Tensor:
+    """(N,) bool: the rollout's group got one reward throughout (a group of one too): advantage 0, no gradient."""
+    sizes, _ = group_ids(group_sizes, len(rewards))
+    flat = [bool(g.max() == g.min()) if len(g) else True for g in torch.split(rewards, sizes.tolist())]
+    return torch.repeat_interleave(torch.tensor(flat, dtype=torch.bool), sizes)
+
+
 def reward_stats(env_rewards: torch.Tensor, train_rewards: torch.Tensor,
                  group_sizes: int | list[int]) -> dict[str, float]:
     """Metrics of a batch. env_rewards: what the rubric gave; train_rewards: what the advantages used

@@ -19,7 +19,7 @@ import torch
 
 from vfrl.envs.environment import Rollout
 from vfrl.sections import BatchSection
-from vfrl.trainer.advantages import group_advantages
+from vfrl.trainer.advantages import flat_groups, group_advantages
 from vfrl.trainer.normalization import loss_weights
 from vfrl.trainer.shared_prefix import unpadded
 
@@ -38,6 +38,7 @@ class TrainBatch:
     # (B, T-1) pi_old and pi_ref, fixed by the step's first forward (trainer.fix_old_policy) for its later iterations
     old_logprobs: torch.Tensor | None = None
     ref_logprobs: torch.Tensor | None = None
+    is_weights: torch.Tensor | None = None  # (B, T-1) the sampler correction's weights (loss.importance_weights)
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -132,5 +133,9 @@ def make_train_batch(rollouts: list[Rollout], shape: BatchSection, pad_id: int,
     advantages = group_advantages(rewards, group_sizes or shape.rollouts_per_example, shape.scale_rewards)
     batch = collate(rollouts, advantages, shape.max_seq_len, pad_id, shape.mask_env_responses,
                     shape.mask_truncated_completions, rows=shape.batch_size)
+    if shape.filter_zero_std_groups:  # DAPO's dynamic sampling: out of the batch and of its normalization
+        flat = flat_groups(rewards, group_sizes or shape.rollouts_per_example)
+        rows = torch.tensor([bool(flat[i]) for i, r in enumerate(rollouts) for _ in r.sequences()], dtype=torch.bool)
+        batch.loss_mask[: len(rows)][rows] = 0
     batch.loss_weights = loss_weights(batch.loss_mask, shape.loss_normalization, shape.max_tokens)
     return batch, rewards

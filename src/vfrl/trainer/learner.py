@@ -18,7 +18,7 @@ from vfrl.trainer.batch import TrainBatch, make_train_batch
 from vfrl.trainer.checkpoint import TrainingState, load_checkpoint, rng_states, save_checkpoint
 from vfrl.trainer.distributed import Ranks
 from vfrl.trainer.logprobs import sequence_logprobs_and_entropy
-from vfrl.trainer.loss import LossInputs, compute_loss, mismatch_kl
+from vfrl.trainer.loss import LossInputs, compute_loss, importance_weights, mismatch_kl
 from vfrl.trainer.orchestrator import Batch
 from vfrl.trainer.policy import compute_dtype, load_policy, make_accelerator, prepare_training
 from vfrl.trainer.reference import ReferencePolicy
@@ -96,7 +96,7 @@ class Learner:
         tb, rewards = make_train_batch(batch.rollouts, a.batch, self.pad_id, batch.sizes())
         micro = self.my_micro_batches(tb)
         sums = dict.fromkeys(["loss", "grad_norm", "low", "high", "entropy", "mismatch_kl", "kl", "sampled",
-                              "sampler_kl", "sampler_tokens"], 0.0)
+                              "sampler_kl", "sampler_tokens", "is_weight", "is_masked"], 0.0)
         if micro:  # vLLM against the trainer on the policy that sampled the batch (sampler_check.py)
             mb = micro[0][0]
             with self.accelerator.autocast():
@@ -148,7 +148,7 @@ class Learner:
                                                               with_entropy=first, packed=packed)
             sums = self.fix_old_policy(mb, packed, logprobs.detach(), entropy) if first else {}
         out = compute_loss(LossInputs(logprobs, mb.old_logprobs, mb.ref_logprobs, mb.advantages, mb.loss_mask,
-                                      mb.loss_weights), a.loss)
+                                      mb.loss_weights, mb.is_weights), a.loss)
         if first and out.kl is not None:
             sums["kl"] = float(out.kl)
         backward = out.loss * self.ranks.world_size  # DDP averages over ranks; see train_step
@@ -165,15 +165,23 @@ class Learner:
                        entropy: torch.Tensor) -> dict[str, float]:
         """Before the first update: pi_old (see train_step) and pi_ref of micro-batch `mb`, and the sums of what
         describes the policy before this step (entropy, mismatch with vLLM, sampled tokens). `logprobs`: (B, T)."""
-        a = self.args
+        a, loss = self.args, self.args.loss
         sampled = mb.sampled_mask & (mb.loss_mask > 0)  # (B, T)
-        mb.old_logprobs = torch.where(sampled, mb.sampling_logprobs, logprobs)
+        sums = {"entropy": float((entropy * mb.loss_mask).sum()),
+                "mismatch_kl": float((mismatch_kl(logprobs, mb.sampling_logprobs) * sampled).sum()),
+                "sampled": float(sampled.sum())}
+        if loss.vllm_importance_sampling_correction:  # pi_old: this policy; the sampler's gap: a weight (loss.py)
+            mb.old_logprobs = logprobs
+            mb.is_weights = importance_weights(logprobs, mb.sampling_logprobs, sampled,
+                                               loss.vllm_importance_sampling_mode, loss.vllm_importance_sampling_cap)
+            sums |= {"is_weight": float((mb.is_weights * sampled).sum()),
+                     "is_masked": float(((mb.is_weights == 0) & sampled).sum())}
+        else:
+            mb.old_logprobs = torch.where(sampled, mb.sampling_logprobs, logprobs)
         if self.reference is not None:
             mb.ref_logprobs = self.reference.logprobs(mb.input_ids, mb.attention_mask, a.temperature,
                                                       mb.loss_mask > 0, a.logprob_chunk_size, packed)
-        return {"entropy": float((entropy * mb.loss_mask).sum()),
-                "mismatch_kl": float((mismatch_kl(logprobs, mb.old_logprobs) * sampled).sum()),
-                "sampled": float(sampled.sum())}
+        return sums
 
     def update_metrics(self, sums: dict[str, float], loss_tokens: int) -> dict[str, float]:
         """The step's metrics from train_step's batch sums: means per loss token, per sampled token, per iteration."""
@@ -189,6 +197,9 @@ class Learner:
             "clip_fraction_high": sums["high"] / (n_tok * n_it),
             "masked_fraction": (sums["low"] + sums["high"]) / (n_tok * n_it),  # loss tokens a ratio bound took out
             **({"kl": sums["kl"] / n_tok} if a.beta > 0 else {}),
+            **({"importance_sampling_ratio": sums["is_weight"] / max(sums["sampled"], 1),  # after its cap
+                "importance_sampling_masked_fraction": sums["is_masked"] / max(sums["sampled"], 1)}
+               if a.vllm_importance_sampling_correction else {}),
             **({"sampler_mismatch_kl": sums["sampler_kl"] / sums["sampler_tokens"]} if sums["sampler_tokens"] else {}),
         }
 

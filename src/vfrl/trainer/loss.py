@@ -13,6 +13,11 @@ Each returns a PolicyLoss: the per-token loss and where a bound took the token's
               exp(mean over the sequence's loss tokens of log ratio), shared by all its tokens.
   beta > 0 adds beta * kl_penalty (k3 estimator of KL(pi || pi_ref)) per token.
 
+With vllm_importance_sampling_correction (TRL's name), pi_old is instead the trainer's own policy before the
+step's first update, and the gap between it and the sampler (vLLM, one policy behind in the async loop, with
+its own numerics) becomes a weight on each token's loss, `importance_weights`: truncated (TIS) or masked (MIS)
+at `vllm_importance_sampling_cap`, per token or per sequence.
+
 `compute_loss` puts it together for one micro-batch: typed LossInputs -> LossOutputs, no model, no state.
 """
 
@@ -65,6 +70,29 @@ def gspo_loss(logprobs, old_logprobs, advantages, loss_mask, epsilon: float, eps
     return _clipped(ratio, advantages, epsilon, epsilon_high)
 
 
+IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
+def importance_weights(old_logprobs, sampling_logprobs, sampled, mode: str, cap: float) -> torch.Tensor:
+    """The sampler correction's weight of each token, (B, T): w = pi_old / pi_sampler, from (B, T) logprobs
+    and `sampled` (B, T) bool, the tokens the sampler drew (every other token weighs 1).
+
+      token_*     w_t = exp(old_t - sampling_t)                   for each sampled token t
+      sequence_*  w   = exp(sum over the row's sampled t of (old_t - sampling_t)), shared by its tokens
+      *_truncate  w <- min(w, cap)                                TIS: a bounded weight, biased, low variance
+      *_mask      w <- w if w <= cap else 0                       MIS: what is too far off-policy gets no loss
+    """
+    if mode not in IS_MODES:
+        raise ValueError(f"unknown vllm_importance_sampling_mode {mode!r}; one of {', '.join(IS_MODES)}")
+    log_w = (old_logprobs - sampling_logprobs) * sampled  # 0 where not sampled: weight 1
+    if mode.startswith("sequence"):
+        log_w = log_w.sum(-1, keepdim=True).expand_as(old_logprobs)
+    w = torch.exp(log_w.clamp(max=MAX_LOG_RATIO))
+    if mode.endswith("truncate"):
+        return w.clamp(max=cap)
+    return w * (w <= cap)
+
+
 def kl_penalty(logprobs, ref_logprobs) -> torch.Tensor:
     """k3 estimator of KL(pi || pi_ref) per token: exp(d) - d - 1 with d = ref - logp; >= 0, 0 iff equal."""
     d = ref_logprobs - logprobs
@@ -98,6 +126,7 @@ class LossInputs:
     advantages: torch.Tensor  # (B,)
     loss_mask: torch.Tensor  # (B, T) 1 where the token gets loss
     loss_weights: torch.Tensor  # (B, T) the whole batch's normalization (normalization.py), 0 off the mask
+    is_weights: torch.Tensor | None = None  # (B, T) the sampler correction (importance_weights); None: off
 
 
 @dataclass
@@ -112,6 +141,8 @@ def compute_loss(inputs: LossInputs, loss: LossSection) -> LossOutputs:
     """`loss`: loss_type, its bounds and beta (`[trainer.args]`' loss section)."""
     pl = policy_loss(inputs.logprobs, inputs.old_logprobs, inputs.advantages, inputs.loss_mask, loss)
     per_token, kl = pl.per_token, None  # (B, T)
+    if inputs.is_weights is not None:
+        per_token = per_token * inputs.is_weights
     if inputs.ref_logprobs is not None:
         kl = kl_penalty(inputs.logprobs, inputs.ref_logprobs)  # (B, T)
         per_token = per_token + loss.beta * kl
