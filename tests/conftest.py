@@ -69,7 +69,8 @@ def train_package_two_steps(tmp_path: Path, model: Path, env: dict, pythonpath: 
     try:
         done = subprocess.run([str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", socket_name],
                               capture_output=True, text=True, cwd=tmp_path, timeout=600,
-                              env={**os.environ, "PYTHONPATH": str(pythonpath), "SHARED_VLLM_KEY": SharedServer.api_key})
+                              env={**os.environ, "PYTHONPATH": str(pythonpath),
+                                   "SHARED_VLLM_KEY": SharedServer.api_key})
     finally:
         subprocess.run(["tmux", "-L", socket_name, "kill-server"], capture_output=True)
     run_dir = tmp_path / "outputs" / "test"
@@ -85,7 +86,8 @@ def train_package_two_steps(tmp_path: Path, model: Path, env: dict, pythonpath: 
     assert [s["step"] for s in steps] == [1, 2] and all(s["rollouts_dropped"] == 0 for s in steps)
     for s in steps:
         rollouts = read_jsonl(RunDir(run_dir).step_rollouts(s['step']))
-        assert len(rollouts) == 2 * examples_per_step * traces_per_episode and {r["policy"] for r in rollouts} == {f"policy-{s['policy_version']}"}
+        assert (len(rollouts) == 2 * examples_per_step * traces_per_episode
+                and {r["policy"] for r in rollouts} == {f"policy-{s['policy_version']}"})
     return done, run_dir, steps
 
 
@@ -112,7 +114,8 @@ async def sample_batch(env, base_url: str, api_key: str, policy: str, version: i
     args = TrainerArgs(batch_size=2 * examples, rollouts_per_example=2, max_tokens=max_tokens, eval_strategy="no",
                        rollout_timeout=240)
     try:
-        return await Orchestrator(env, AsyncOpenAI(base_url=base_url, api_key=api_key), args.generation).generate(0, policy, version)
+        orchestrator = Orchestrator(env, AsyncOpenAI(base_url=base_url, api_key=api_key), args.generation)
+        return await orchestrator.generate(0, policy, version)
     finally:
         if hasattr(env, "aclose"):
             await env.aclose()
@@ -261,7 +264,8 @@ def assert_only_health_is_open(base_url: str, config: Path, server_log: Path, ap
         for path in sorted(paths - {"/health"}):
             for method in ALL_METHODS:
                 r = http.request(method, path)
-                assert r.status_code == 401, f"{method} {path} answered {r.status_code} without the API key: {r.text[:200]}"
+                assert r.status_code == 401, (f"{method} {path} answered {r.status_code} without the API key: "
+                                              f"{r.text[:200]}")
             r = http.post(path, headers={"Authorization": "Bearer wrong"})
             assert r.status_code == 401, f"POST {path} answered {r.status_code} with a wrong API key"
         upgrade = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",

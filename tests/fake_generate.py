@@ -6,7 +6,8 @@ one `{"token_id", "logprob"}` per sampled token, `finish_reason`) as vf-vllm pas
 `token: "token_id:<id>"` placeholder verifiers' client requires (inference/generate_compat.py). The reply is
 the user's last message reversed, or what `reply` says for the decoded prompt (encoded with the served model's
 tokenizer), followed by the first stop token (`refuse=True`: HTTP 400 instead), each sampled token's logprob
-`-1 - position / 1000` so a test can tell where every logprob landed. Every request body and Authorization header is kept in `requests`.
+`-1 - position / 1000` so a test can tell where every logprob landed. Every request body and Authorization header
+is kept in `requests`.
 """
 
 from __future__ import annotations

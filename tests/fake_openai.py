@@ -119,7 +119,8 @@ class FakeOpenAI:
         assert logprobs is True and extra_body["return_token_ids"] is True
         await asyncio.sleep(0)  # a request is a suspension point, as over the network
         if tools and tool_choice is None and not self.tool_parser:
-            raise self._bad_request('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
+            raise self._bad_request('"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser '
+                                    'to be set')
         prompt_ids = encode(self.render(messages, add_generation_prompt=True))
         choices = []
         for index in range(kwargs.get("n") or 1):  # as vLLM: choice j of n samples with seed + j
@@ -191,12 +192,14 @@ class PlainOpenAI(FakeOpenAI):
 
     def _refuse_unknown_fields(self, extra_body) -> None:
         if self.strict and extra_body:
-            raise self._bad_request(f"Error code: 400 - Unrecognized request argument supplied: {', '.join(extra_body)}")
+            raise self._bad_request("Error code: 400 - Unrecognized request argument supplied: "
+                                    f"{', '.join(extra_body)}")
 
     async def _chat(self, model, messages, logprobs=None, extra_body=None, tools=None, tool_choice=None,
                     max_tokens=None, **kwargs):
         self.calls.append(("chat", {"messages": list(messages), "tools": tools, "tool_choice": tool_choice,
-                                    "logprobs": logprobs, "extra_body": extra_body, "max_tokens": max_tokens, **kwargs}))
+                                    "logprobs": logprobs, "extra_body": extra_body, "max_tokens": max_tokens,
+                                    **kwargs}))
         await asyncio.sleep(0)
         self._refuse_unknown_fields(extra_body)
         text, _, lps, finish = await self._sample(encode(self.render(messages, add_generation_prompt=True)), max_tokens)

@@ -36,7 +36,8 @@ def app_behind_the_middleware(monkeypatch, key: str | None) -> TestClient:
         monkeypatch.setenv("VLLM_API_KEY", key)
     else:
         monkeypatch.delenv("VLLM_API_KEY", raising=False)
-    app = Starlette(routes=[Route("/{any:path}", lambda r: PlainTextResponse("ran"), methods=["GET", "POST", "OPTIONS"]),
+    app = Starlette(routes=[Route("/{any:path}", lambda r: PlainTextResponse("ran"),
+                                  methods=["GET", "POST", "OPTIONS"]),
                             WebSocketRoute("/ws", ws)])
     app.add_middleware(RequireApiKey)
     return TestClient(app)

@@ -146,7 +146,8 @@ def test_the_gain_asked_for_is_the_one_measured_and_shown():
     """--gain reaches each run's summary and the section's headers through the result (no module state)."""
     rows = sbs.trl_steps(trl_lines([0.5] * 5 + [0.6] * 15, step_s=0.5), launch=995.0)
     assert sbs.summarize(rows)["time_to_gain_s"] is None  # +0.10 never reaches the default +0.15
-    assert sbs.summarize(rows, gain=0.08)["time_to_gain_s"] == 12.0  # step 14 (ends 5 + 0.5 x 14 s in): its 10-step window holds one 0.5
+    # step 14 (ends 5 + 0.5 x 14 s in): its 10-step window holds one 0.5
+    assert sbs.summarize(rows, gain=0.08)["time_to_gain_s"] == 12.0
     result = fake_result() | {"gain": 0.08}
     assert "launch to +0.08" in sbs.render_section(result) and "launch to +0.15" not in sbs.render_section(result)
 

@@ -39,7 +39,8 @@ def answering(rows: list[dict], reply) -> FakeOpenAI:
 def eval_rewards(env, client, n: int) -> list[float]:
     async def go():
         sem = asyncio.Semaphore(SEMAPHORE_SIZE)
-        groups = await asyncio.gather(*(env.run_group(client, "m", i, 1, {"max_tokens": 64}, sem, eval=True) for i in range(n)))
+        groups = await asyncio.gather(*(env.run_group(client, "m", i, 1, {"max_tokens": 64}, sem, eval=True)
+                                        for i in range(n)))
         return [r.reward for g in groups for r in g]
 
     return asyncio.run(go())
@@ -70,15 +71,18 @@ def test_arithmetic_rows_are_right_and_seeded():
     again = vfrl.load_environment("arithmetic", num_train_examples=300, num_eval_examples=50)
     assert [r["question"] for r in again.dataset] == [r["question"] for r in env.dataset]
     assert {r["info"]["steps"] for r in env.dataset} == {1, 2}
-    assert env.dataset[0]["prompt"][0] == {"role": "system", "content": r"Solve the problem. Give only the final number, as \boxed{answer}."}
+    assert env.dataset[0]["prompt"][0] == {
+        "role": "system", "content": r"Solve the problem. Give only the final number, as \boxed{answer}."}
     with pytest.raises(EnvironmentLoadError, match="max_number"):
         vfrl.load_environment("arithmetic", max_number=1)
 
 
 def test_arithmetic_scores_boxed_answers_with_the_math_rubric():
     env = vfrl.load_environment("arithmetic", num_train_examples=10, num_eval_examples=6)
-    assert eval_rewards(env, answering(env.eval_dataset, lambda row: f"It is \\boxed{{{row['answer']}}}."), 6) == [1.0] * 6
-    assert eval_rewards(env, answering(env.eval_dataset, lambda row: f"\\boxed{{{int(row['answer']) + 1}}}"), 6) == [0.0] * 6
+    right = answering(env.eval_dataset, lambda row: f"It is \\boxed{{{row['answer']}}}.")
+    assert eval_rewards(env, right, 6) == [1.0] * 6
+    wrong = answering(env.eval_dataset, lambda row: f"\\boxed{{{int(row['answer']) + 1}}}")
+    assert eval_rewards(env, wrong, 6) == [0.0] * 6
     assert eval_rewards(env, answering(env.eval_dataset, lambda row: row["answer"]), 6) == [0.0] * 6  # not boxed
 
 

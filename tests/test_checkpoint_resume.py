@@ -58,8 +58,9 @@ def state(step):
 
 
 def pending_batch():
-    r = Rollout(example_id=7, prompt=[{"role": "user", "content": "abc"}], completion=[{"role": "assistant", "content": "cba"}],
-                answer="cba", prompt_ids=[1, 2, 3], completion_ids=[4, 5], completion_logprobs=[-0.123456789012345, -1e-9],
+    r = Rollout(example_id=7, prompt=[{"role": "user", "content": "abc"}],
+                completion=[{"role": "assistant", "content": "cba"}], answer="cba", prompt_ids=[1, 2, 3],
+                completion_ids=[4, 5], completion_logprobs=[-0.123456789012345, -1e-9],
                 completion_mask=[1, 1], policy="policy-1", reward=0.75, metrics={"lcs": 0.75})
     return Batch(step=2, policy_version=1, rollouts=[r], example_ids=[7], gen_start=1.0, gen_end=2.0)
 
@@ -193,7 +194,8 @@ def test_resume_finds_checkpoints(tmp_path):
     fake_run(base, [2, 4])
     fake_run(base.with_name("run-2"), [2])
     base.with_name("run-3").mkdir()  # a run that died before its first checkpoint
-    assert find_checkpoint(base, "latest") == (base.with_name("run-2"), base.with_name("run-2") / "checkpoints" / "step-2")
+    assert find_checkpoint(base, "latest") == (base.with_name("run-2"),
+                                               base.with_name("run-2") / "checkpoints" / "step-2")
     assert find_checkpoint(base, str(base / "checkpoints" / "step-2"))[1] == (base / "checkpoints" / "step-2").resolve()
     assert find_checkpoint(base, str(base)) == (base.resolve(), (base / "checkpoints" / "step-4").resolve())
     with pytest.raises(ResumeError, match="has no complete checkpoint step-4 .it has: step-2"):
@@ -243,8 +245,8 @@ RUN_ARGS = dict(max_steps=4, save_strategy="steps", save_steps=2, keep_last=2, s
 
 def vf_rl(cfg: Path, socket_name: str, *extra: str, cwd: Path) -> subprocess.Popen:
     return subprocess.Popen([str(BIN / "vf-rl"), "@", str(cfg), "--no-attach", "--tmux-socket", socket_name, *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd, start_new_session=True,
-                            env={**os.environ, "SHARED_VLLM_KEY": SharedServer.api_key})
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd,
+                            start_new_session=True, env={**os.environ, "SHARED_VLLM_KEY": SharedServer.api_key})
 
 
 def rollouts(run_dir: Path, step: int) -> list[dict]:

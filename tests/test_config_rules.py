@@ -99,7 +99,8 @@ def test_every_problem_gets_its_own_line(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_user_config(path)
     lines = str(e.value).splitlines()
-    assert [line.split(" = ")[0] for line in lines] == [f"{path}: trainer.args.batch_size", f"{path}: trainer.args.max_tokens"]
+    assert [line.split(" = ")[0] for line in lines] == [f"{path}: trainer.args.batch_size",
+                                                         f"{path}: trainer.args.max_tokens"]
 
 
 def test_a_missing_file_is_one_line(tmp_path):
@@ -113,7 +114,8 @@ def test_a_missing_file_is_one_line(tmp_path):
     (["--trainer.args.bf16"], [("trainer.args.bf16", True)]),
     (["--trainer.args.bf16", "--trainer.args.top_k", "-1"], [("trainer.args.bf16", True), ("trainer.args.top_k", -1)]),
     (["--model", "Qwen/Qwen2.5-0.5B-Instruct"], [("model", "Qwen/Qwen2.5-0.5B-Instruct")]),
-    (["--trainer.args.lora_target_modules", '["q_proj", "v_proj"]'], [("trainer.args.lora_target_modules", ["q_proj", "v_proj"])]),
+    (["--trainer.args.lora_target_modules", '["q_proj", "v_proj"]'],
+     [("trainer.args.lora_target_modules", ["q_proj", "v_proj"])]),
     (["--trainer.args.run_name", '"a b"'], [("trainer.args.run_name", "a b")]),
     (["--inference.args.enforce_eager=false"], [("inference.args.enforce_eager", False)]),
 ])
@@ -129,7 +131,8 @@ def test_a_stray_argument_is_refused():
 def test_overrides_win_over_the_file_and_are_validated_like_it(tmp_path):
     path = tmp_path / "cfg.toml"
     path.write_text(HEAD + "[trainer.args]\nmax_steps = 100\n")
-    cfg = load_user_config(path, parse_overrides(["--trainer.args.max_steps", "10", "--inference.args.dtype", "float32"]))
+    cfg = load_user_config(path, parse_overrides(["--trainer.args.max_steps", "10",
+                                                  "--inference.args.dtype", "float32"]))
     assert cfg.args.max_steps == 10 and cfg.inference.args == {"dtype": "float32"}
     for tokens, message in [
         (["--trainer.args.max_steps", "0"],
@@ -144,7 +147,8 @@ def test_overrides_win_over_the_file_and_are_validated_like_it(tmp_path):
 
 
 def test_override_objects_keep_the_flag_as_typed():
-    assert parse_overrides(["--trainer.args.max-steps", "3"]) == [Override("trainer.args.max_steps", 3, "--trainer.args.max-steps")]
+    assert parse_overrides(["--trainer.args.max-steps", "3"]) == [
+        Override("trainer.args.max_steps", 3, "--trainer.args.max-steps")]
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "configs" / "rl").glob("*.toml")), ids=lambda p: p.name)

@@ -89,7 +89,8 @@ def finished_run(tmp_path_factory, tiny_model):
     # issue 9: a tmux server already running without WANDB_MODE (tmux gives new sessions its server's
     # environment); the trainer pane must still see the variables vf-rl was started with
     without = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    subprocess.run(["tmux", "-L", socket_name, "new-session", "-d", "-s", "other", "sleep 900"], env=without, check=True)
+    subprocess.run(["tmux", "-L", socket_name, "new-session", "-d", "-s", "other", "sleep 900"], env=without,
+                   check=True)
     try:
         # output to files, not pipes: nobody reads a pipe while the watch runs, and a full one would stall vf-rl
         with open(tmp / "vf-rl.out", "w+") as out, open(tmp / "vf-rl.err", "w+") as err:
@@ -128,7 +129,8 @@ def test_generation_of_next_batch_overlaps_training(finished_run):
     m = metrics(run_dir)
     for n in range(len(m) - 1):
         train, gen_next = m[n], m[n + 1]
-        assert gen_next["gen_start"] < train["train_end"] and gen_next["gen_end"] > train["train_start"], (n, train, gen_next)
+        assert gen_next["gen_start"] < train["train_end"] and gen_next["gen_end"] > train["train_start"], (
+            n, train, gen_next)
 
 
 def test_no_batch_is_more_than_one_policy_version_stale(finished_run):
@@ -149,7 +151,8 @@ def test_vllm_engine_core_keeps_its_cores_and_its_api_server_uses_every_core(fin
     cores = key_watch.cores
     assert cores is not None and cores["engine core"] and cores["api server"], cores
     assert cores["api server"] == {frozenset(os.sched_getaffinity(0))}, cores
-    assert all(c <= vllm for c in cores["engine core"]) and all(c < os.sched_getaffinity(0) for c in cores["engine core"]), cores
+    assert (all(c <= vllm for c in cores["engine core"])
+            and all(c < os.sched_getaffinity(0) for c in cores["engine core"])), cores
 
 
 def test_run_leaves_no_process_and_no_session(finished_run):
@@ -158,7 +161,8 @@ def test_run_leaves_no_process_and_no_session(finished_run):
     assert not Path(f"/proc/{pid}").exists(), "vLLM server still running"
     left = subprocess.run(["pgrep", "-f", str(run_dir)], capture_output=True, text=True).stdout.split()
     assert left == [], f"processes still running for the run: {left}"
-    sessions = subprocess.run(["tmux", "-L", socket_name, "ls", "-F", "#{session_name}"], capture_output=True, text=True)
+    sessions = subprocess.run(["tmux", "-L", socket_name, "ls", "-F", "#{session_name}"], capture_output=True,
+                              text=True)
     assert sessions.stdout.split() == ["other"]  # the run's session is gone, the user's own is left alone
     assert not (run_dir / ".api_key").exists()
 
@@ -170,7 +174,8 @@ def test_api_key_never_in_argv_logs_config_metrics_rollouts_or_wandb(finished_ru
     key = key_watch.key.encode()
     # every file the run left (logs, config.toml, metrics.jsonl, rollouts, wandb, pane scripts, adapters)
     files = [p for p in run_dir.rglob("*") if p.is_file()]
-    for must_exist in ("logs/inference.log", "logs/trainer.log", "config.toml", "metrics.jsonl", "rollouts/step_4.jsonl"):
+    for must_exist in ("logs/inference.log", "logs/trainer.log", "config.toml", "metrics.jsonl",
+                       "rollouts/step_4.jsonl"):
         assert run_dir / must_exist in files, must_exist
     assert any("wandb" in p.relative_to(run_dir).parts for p in files), "no wandb files to check"
     assert [p for p in files if key in p.read_bytes()] == []

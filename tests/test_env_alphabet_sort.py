@@ -45,7 +45,8 @@ def test_correct_sorting_every_turn_scores_one(env):
 def test_unsorted_or_missing_turns_score_less(env):
     shuffled = play(env, 0, lambda prompt: "\n".join(sorted(names_so_far(prompt), reverse=True)))
     assert 0.0 < shuffled.reward < 1.0 and shuffled.metrics["exact_turns"] == 0.0
-    first_only = play(env, 0, lambda prompt: "\n".join(sorted(names_so_far(prompt))) if prompt.count("user") == 1 else "")
+    first_only = play(env, 0, lambda prompt: ("\n".join(sorted(names_so_far(prompt)))
+                                              if prompt.count("user") == 1 else ""))
     assert first_only.reward == pytest.approx(1 / 3) and first_only.metrics["exact_turns"] == pytest.approx(1 / 3)
     bullets = play(env, 0, lambda prompt: "\n".join(f"{i}. {n}" for i, n in enumerate(sorted(names_so_far(prompt)))))
     assert bullets.reward == 1.0  # numbering and bullets are not held against the model

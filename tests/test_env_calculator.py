@@ -43,7 +43,8 @@ def test_tool_then_right_boxed_answer_scores_one(env):
     row = env.dataset[0]
     expression = row["prompt"][-1]["content"].removeprefix("What is ").removesuffix("?")
     r = play(env, [call(expression), f"So it is \\boxed{{{row['answer']}}}."])
-    assert r.completion[1] == {"role": "tool", "tool_call_id": r.completion[1]["tool_call_id"], "content": row["answer"]}
+    assert r.completion[1] == {"role": "tool", "tool_call_id": r.completion[1]["tool_call_id"],
+                               "content": row["answer"]}
     assert r.reward == 1.0 and r.metrics["tool_calls"] == 1.0 and r.metrics["tool_errors"] == 0.0
 
 

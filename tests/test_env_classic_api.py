@@ -99,7 +99,8 @@ def test_unsupported_classes_fail_in_one_line():
 def test_reasoning_gym_env_scores_the_tasks_own_answer():
     env = vf.ReasoningGymEnv(gym="leg_counting", num_train_examples=3, num_eval_examples=1)
     row = env.dataset[0]
-    right = score(env, [{"role": "assistant", "content": f"<answer>{row['answer']}</answer>"}], row["answer"], row["info"])
+    right = score(env, [{"role": "assistant", "content": f"<answer>{row['answer']}</answer>"}], row["answer"],
+                  row["info"])
     wrong = score(env, [{"role": "assistant", "content": "<answer>-1</answer>"}], row["answer"], row["info"])
     assert (right.reward, wrong.reward) == (1.0, 0.0)
 
@@ -279,7 +280,8 @@ def test_vf_rl_trains_an_unchanged_classic_tool_package_two_steps(tmp_path, tool
     tok = AutoTokenizer.from_pretrained(tool_server.model)
     # what the model samples in a rollout that calls as it was taught and answers right, each part ended by
     # <|im_end|>; the tool message and the template's tokens between the turns are not sampled
-    taught = len(tok.encode(call_text(2, 3), add_special_tokens=False)) + 1 + len(tok.encode("5", add_special_tokens=False)) + 1
+    taught = (len(tok.encode(call_text(2, 3), add_special_tokens=False)) + 1
+              + len(tok.encode("5", add_special_tokens=False)) + 1)
     called, sampled = 0, []
     for s in steps:
         rollouts = read_jsonl(RunDir(run_dir).step_rollouts(s['step']))
@@ -304,7 +306,8 @@ def test_vf_rl_trains_an_unchanged_classic_tool_package_two_steps(tmp_path, tool
 # ---- sampled from a pushed adapter on a real server: the trainer's logprobs are vLLM's ----
 
 @pytest.mark.e2e
-def test_a_classic_multi_turn_package_sampled_after_a_sync_matches_the_trainer(tiny_model, tmp_path, shared_vllm_server):
+def test_a_classic_multi_turn_package_sampled_after_a_sync_matches_the_trainer(
+        tiny_model, tmp_path, shared_vllm_server):
     """classic_quiz through the session's vf-vllm, sampled from an adapter just pushed as vf-train pushes it
     (AdapterSync): each rollout's two replies mask 1, the environment's "Are you sure?" turn between them mask 0,
     and the trainer's logprobs (the same LoRA, in peft) of every sampled token are vLLM's within 1e-4. (The

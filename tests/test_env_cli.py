@@ -10,7 +10,6 @@ import subprocess
 import sys
 import tomllib
 import uuid
-from pathlib import Path
 
 import pytest
 from conftest import BIN, free_port
@@ -97,9 +96,11 @@ def test_install_sources(tmp_path, monkeypatch):
     create_package("local-env", tmp_path / "environments")
     assert pip_target("local-env", None, editable=True) == (
         ["-e", "environments/local_env"], "folder environments/local_env (editable: edits apply without reinstalling)")
-    assert pip_target(None, tmp_path / "environments" / "local_env", editable=False)[0] == [str(tmp_path / "environments" / "local_env")]
+    local = tmp_path / "environments" / "local_env"
+    assert pip_target(None, local, editable=False)[0] == [str(local)]
     (tmp_path / "pkg-0.1-py3-none-any.whl").write_text("")
-    assert pip_target("pkg-0.1-py3-none-any.whl", None, True) == (["pkg-0.1-py3-none-any.whl"], "wheel pkg-0.1-py3-none-any.whl")
+    assert pip_target("pkg-0.1-py3-none-any.whl", None, True) == (["pkg-0.1-py3-none-any.whl"],
+                                                                  "wheel pkg-0.1-py3-none-any.whl")
     assert pip_target("https://github.com/org/env.git", None, True)[0] == ["git+https://github.com/org/env.git"]
     assert pip_target("git+https://example.org/env@v1", None, True)[0] == ["git+https://example.org/env@v1"]
     assert pip_target("some-env", None, True) == (["some-env"], "the package index")
@@ -229,13 +230,15 @@ def test_run_eval_writes_each_rollout_and_summarizes(tmp_path):
     env = vfrl.load_environment("reverse-text", num_train_examples=4, num_eval_examples=3)
     client = FakeOpenAI(lambda prompt: prompt.split("user\n")[-1].split("<|im_end|>")[0][::-1])  # always right
     done = []
-    rollouts = asyncio.run(run_eval(env, client, "m", 3, 2, {"max_tokens": 20}, 4, tmp_path / "results.jsonl", done.append))
+    rollouts = asyncio.run(run_eval(env, client, "m", 3, 2, {"max_tokens": 20}, 4, tmp_path / "results.jsonl",
+                                    done.append))
     lines = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert len(lines) == len(rollouts) == 6 and done == [2, 2, 2]
     assert sorted(line["example_id"] for line in lines) == [0, 0, 1, 1, 2, 2]
     assert all(line["reward"] == 1.0 and line["completion_ids"] for line in lines)
     summary = summarize(rollouts)
     assert summary["reward"]["mean"] == 1.0 and summary["metrics"]["lcs_reward"] == 1.0
+    assert summary["at_k"] == {"avg@2": 1.0, "pass@2": 1.0}  # 2 rollouts of each example
 
 
 def test_eval_user_errors_are_one_line(tmp_path, monkeypatch):

@@ -228,7 +228,8 @@ def test_classic_completion_package_on_real_vllm_trains_on_vllms_ids(shared_vllm
         sampling = {"max_tokens": 8, "temperature": 1.0, "seed": 3}
         rollouts = await env.run_group(client, srv.model, 0, 2, sampling, asyncio.Semaphore(2))
         alone = await client.completions.create(model=srv.model, prompt=env.dataset[0]["prompt"], max_tokens=8,
-                                                temperature=1.0, seed=4, logprobs=0, extra_body={"return_token_ids": True})
+                                                temperature=1.0, seed=4, logprobs=0,
+                                                extra_body={"return_token_ids": True})
         return rollouts, alone.choices[0]
 
     (_, second), alone = run(group_and_alone())

@@ -41,7 +41,8 @@ def broken_envs(tmp_path, monkeypatch):
     ("not-an-env-mod", "environment 'not-an-env-mod' (module not_an_env_mod): load_environment() returned dict, "
                        "not a vfrl Environment"),
     ("bad-import-env-mod", "environment 'bad-import-env-mod' (module bad_import_env_mod): importing it raised "
-                           "ModuleNotFoundError: No module named 'no_such_dependency_xyz' (at bad_import_env_mod.py:1)"),
+                           "ModuleNotFoundError: No module named 'no_such_dependency_xyz' "
+                           "(at bad_import_env_mod.py:1)"),
     ("bad-syntax-env-mod", "environment 'bad-syntax-env-mod' (module bad_syntax_env_mod): importing it raised "
                            "SyntaxError: invalid syntax (bad_syntax_env_mod.py, line 1)"),
 ])
@@ -58,8 +59,9 @@ def test_the_original_error_stays_attached_for_the_log(broken_envs):
 
 
 def test_args_the_function_does_not_take_name_the_package():
-    with pytest.raises(EnvironmentLoadError, match=r"environment 'reverse-text' \(package reverse-text [^)]*\) does not "
-                                                   r"take these args \{'no_such_arg': 1\}: got an unexpected keyword"):
+    with pytest.raises(EnvironmentLoadError,
+                       match=r"environment 'reverse-text' \(package reverse-text [^)]*\) does not "
+                             r"take these args \{'no_such_arg': 1\}: got an unexpected keyword"):
         vfrl.load_environment("reverse-text", no_such_arg=1)
 
 

@@ -165,7 +165,8 @@ def test_vf_eval_auto_falls_back_to_text_on_a_plain_server(monkeypatch, tmp_path
     notices = [x for x in result.stderr.splitlines() if "evaluating on text" in x]
     assert len(notices) == 1 and why in notices[0]
     assert len(lines) == 4 and all(x["reward"] == 1.0 and x["completion_ids"] == [] for x in lines)
-    assert metadata["token_ids"] is False and metadata["completion_tokens"] is None and metadata["reward"]["mean"] == 1.0
+    assert (metadata["token_ids"] is False and metadata["completion_tokens"] is None
+            and metadata["reward"]["mean"] == 1.0)
     probe, *rollout_calls = [body for _, body in client.calls]
     assert probe["extra_body"] == {"return_token_ids": True} and len(rollout_calls) == 4
     assert all(body["extra_body"] is None and body["logprobs"] is None for body in rollout_calls)
@@ -210,7 +211,8 @@ def test_vf_eval_text_mode_against_real_vllm(env_id, shared_vllm_server, tmp_pat
     assert sorted(line["example_id"] for line in lines) == [0, 0, 1, 1]
     for line in lines:
         assert line["prompt"] and line["completion"][0]["role"] == "assistant" and line["error"] is None
-        assert line["prompt_ids"] == line["completion_ids"] == line["completion_logprobs"] == line["completion_mask"] == []
+        assert (line["prompt_ids"] == line["completion_ids"] == line["completion_logprobs"] == line["completion_mask"]
+                == [])
         assert line["sequence_mode"] == "text" and isinstance(line["reward"], float) and line["metrics"]
     if env_id == "alphabet-sort":  # the environment's messages went back to the server as text
         assert any(m["role"] == "user" for line in lines for m in line["completion"])

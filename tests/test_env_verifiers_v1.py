@@ -34,7 +34,8 @@ except ImportError:
     HAVE_V1 = False
 
 needs_v1 = pytest.mark.skipif(not HAVE_V1, reason="verifiers 0.4 is not installed (pip install -e '.[verifiers]')")
-needs_uv = pytest.mark.skipif(find_uv() is None, reason="uv is not installed (verifiers runs its harnesses as uv scripts)")
+needs_uv = pytest.mark.skipif(find_uv() is None,
+                              reason="uv is not installed (verifiers runs its harnesses as uv scripts)")
 
 
 # --- what becomes of an episode (no verifiers needed: episodes are duck-typed) ---
@@ -47,7 +48,8 @@ def fake_generated_batch(env, tiny_model, adapter: str, version: int, api_key: s
 
     async def run():
         async with FakeGenerate(str(tiny_model), adapter=adapter, reply=reply) as fake:
-            return await sample_batch(env, fake.base_url, api_key, adapter, version, max_tokens, examples), fake.requests
+            return (await sample_batch(env, fake.base_url, api_key, adapter, version, max_tokens, examples),
+                    fake.requests)
 
     return asyncio.run(run())
 
@@ -116,7 +118,8 @@ def test_a_worked_example_in_the_prompt_stays_prompt_and_the_completion_starts_a
     """A prompt may hold assistant and tool messages of its own (a worked example: tests/v1_pkgs/v1_products); the
     rollout's prompt and completion (console, rollout files) split where the model's own tokens begin."""
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "17 * 23?"},
-            {"role": "assistant", "tool_calls": [{"id": "c0", "type": "function", "name": "multiply", "arguments": "{}"}]},
+            {"role": "assistant",
+             "tool_calls": [{"id": "c0", "type": "function", "name": "multiply", "arguments": "{}"}]},
             {"role": "tool", "tool_call_id": "c0", "content": "391"}, {"role": "assistant", "content": "391"},
             {"role": "user", "content": "29 * 84?"}, {"role": "assistant", "content": "2436"}]
     nodes = [node([i], [0]) for i in range(6)] + [node([7, 8], [0, 1], [-0.5])]
@@ -158,7 +161,8 @@ def test_a_forked_trace_is_one_rollout_whose_branches_share_its_reward_and_train
 
 
 def test_an_episode_with_several_trainable_traces_is_a_rollout_per_trace():
-    ep = episode(trace(branch([1, 2], [0, 1], [0, -1.0]), reward=1.0), trace(branch([1, 3], [0, 1], [0, -2.0]), reward=0.0))
+    ep = episode(trace(branch([1, 2], [0, 1], [0, -1.0]), reward=1.0),
+                 trace(branch([1, 3], [0, 1], [0, -2.0]), reward=0.0))
     a, b = episode_rollouts(ep, 4, "", "p")
     assert (a.completion_ids, a.reward, b.completion_ids, b.reward) == ([2], 1.0, [3], 0.0)
     assert a.example_id == b.example_id == 4
@@ -203,7 +207,8 @@ def test_a_forked_verifiers_trace_built_from_its_own_message_graph():
     (b,) = r.more_branches
     assert b.prompt_ids == [1, 2, 3, 7, 10, 11, 5, 6, 7] and b.completion_ids == [13, 14]
     assert b.completion_logprobs == pytest.approx([-0.4, -0.5]) and r.reward == 0.5
-    assert [m["content"] for m in r.prompt] == ["s", "abc"] and [m["content"] for m in r.completion] == ["cba", "lamp", "pmal"]
+    assert ([m["content"] for m in r.prompt] == ["s", "abc"]
+            and [m["content"] for m in r.completion] == ["cba", "lamp", "pmal"])
 
 
 def test_a_forked_rollout_trains_every_branch_as_a_row_with_its_advantage():
@@ -229,7 +234,8 @@ def test_a_forked_rollout_trains_every_branch_as_a_row_with_its_advantage():
     assert tb.advantages.tolist() == [0.5, 0.5, -0.5]  # the fork trains with its rollout's advantage
     assert tb.input_ids[1].tolist() == [1, 5, 6, 7, 8]
     # position t predicts token t + 1: 6 and 8 were sampled, 7 is the environment's
-    assert tb.loss_mask[1].tolist() == [0, 1, 0, 1] and tb.sampling_logprobs[1].tolist() == pytest.approx([0, -0.3, 0, -0.4])
+    assert (tb.loss_mask[1].tolist() == [0, 1, 0, 1]
+            and tb.sampling_logprobs[1].tolist() == pytest.approx([0, -0.3, 0, -0.4]))
     assert Rollout.from_dict(dataclasses.asdict(rollouts[0])) == rollouts[0]
 
 
@@ -239,7 +245,10 @@ def test_scale_out_is_on_for_a_verifiers_package_only():
 
     assert is_verifiers_package("v1-reverse") and is_verifiers_package("v1_reverse")
     assert not is_verifiers_package("reverse-text") and not is_verifiers_package("no-such-env")
-    argv = lambda env, **inf: config_argv(RLConfig.model_validate({"model": "m", "env": {"id": env}, "inference": inf}))
+
+    def argv(env, **inf):
+        return config_argv(RLConfig.model_validate({"model": "m", "env": {"id": env}, "inference": inf}))
+
     assert "--enable-scale-out" in argv("v1-reverse")
     assert "--enable-scale-out" not in argv("reverse-text")
     assert "--enable-scale-out" in argv("reverse-text", enable_scale_out=True)
@@ -314,7 +323,8 @@ def test_env_renderer_names_a_renderers_config_or_is_refused_in_one_line():
     with pytest.raises(V1EnvironmentError, match=r"enable_thinking: Input should be a valid boolean"):
         renderer_config("e", {"name": "qwen3", "enable_thinking": "perhaps"})
     for spec in ("qwen3", {"name": "default", "tool_parser": "hermes-text"}):
-        assert RLConfig.model_validate({"model": "m", "env": {"id": "v1-reverse", "renderer": spec}}).env.renderer == spec
+        cfg = RLConfig.model_validate({"model": "m", "env": {"id": "v1-reverse", "renderer": spec}})
+        assert cfg.env.renderer == spec
     assert environment_problem("v1-reverse", "default") is None
     assert "no renderer is named 'qwen9'" in environment_problem("v1-reverse", "qwen9")
     assert environment_problem("reverse-text", "qwen3") == (
@@ -759,8 +769,10 @@ def test_vf_rl_trains_a_v1_tool_package_two_steps(tmp_path, tool_server):
                 continue  # a sampled call the parser could not read is a plain reply, scored 0
             called += 1
             call, result, reply = r["completion"]
-            assert call["tool_calls"][0]["name"] == "add" and json.loads(call["tool_calls"][0]["arguments"]) == {"a": 2, "b": 3}
-            assert result == {"role": "tool", "tool_call_id": call["tool_calls"][0]["id"], "content": "5", "name": "add"}
+            assert (call["tool_calls"][0]["name"] == "add"
+                    and json.loads(call["tool_calls"][0]["arguments"]) == {"a": 2, "b": 3})
+            assert result == {"role": "tool", "tool_call_id": call["tool_calls"][0]["id"], "content": "5",
+                              "name": "add"}
             assert r["reward"] == float(reply.get("content", "").strip() == "5")
     assert called >= 2  # the model calls the tool in most rollouts (4)
     assert_served_is_trained(steps)
@@ -777,9 +789,11 @@ def test_a_taskset_without_end_is_read_only_as_far_as_the_run_can_use(tiny_model
     from vfrl.trainer.orchestrator import Orchestrator
     from vfrl.trainer.trainer import RLTrainer
 
-    cfg = RLConfig.model_validate({"model": str(tiny_model), "env": {"id": "v1_endless"}, "trainer": {"gpus": 0, "args": {
-        "output_dir": str(tmp_path), "max_steps": 3, "batch_size": 8, "rollouts_per_example": 4, "micro_batch_size": 8,
-        "max_tokens": 8, "max_seq_len": 64, "eval_strategy": "steps", "num_eval_examples": 5}}})
+    args = {"output_dir": str(tmp_path), "max_steps": 3, "batch_size": 8, "rollouts_per_example": 4,
+            "micro_batch_size": 8, "max_tokens": 8, "max_seq_len": 64, "eval_strategy": "steps",
+            "num_eval_examples": 5}
+    cfg = RLConfig.model_validate({"model": str(tiny_model), "env": {"id": "v1_endless"},
+                                   "trainer": {"gpus": 0, "args": args}})
     built = v1_endless.BUILT[0]
     trainer = RLTrainer(cfg, tmp_path / "run", "http://127.0.0.1:9/v1", "k")
     assert v1_endless.BUILT[0] == built  # nothing read while loading

@@ -8,7 +8,6 @@ status` says the inference pane exited, and the printed command continues the ru
 """
 
 import shlex
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -101,7 +100,8 @@ def stop_the_server(run_dir: Path, sig: str) -> set:
     server = vllm_server_pid(run_dir)
     engine = procs.pane_processes([server])  # the server, its engine core and whatever that started
     assert len(engine) >= 2
-    for pid in [p.pid for p in engine] if sig == "STOP" else [server]:  # hung: the whole server; killed: its API process
+    # hung: the whole server; killed: its API process
+    for pid in [p.pid for p in engine] if sig == "STOP" else [server]:
         subprocess.run(["kill", f"-{sig}", str(pid)])
     return engine
 
@@ -119,11 +119,13 @@ def test_vllm_hung_then_killed_mid_run_keeps_the_training_and_resume_continues(t
     subprocess.run([VF_RL, "stop", "test", "--tmux-socket", socket_name], capture_output=True, check=True)
     command = shlex.split(line[line.index("continue with: ") + len("continue with: "):])
     assert command[:3] == ["vf-rl", "@", str(cfg)] and "--trainer.args.inference_timeout" in command
-    resumed = subprocess.run([VF_RL, *command[1:], "--detach"], capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    resumed = subprocess.run([VF_RL, *command[1:], "--detach"], capture_output=True, text=True, cwd=tmp_path,
+                             timeout=600)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-2000:]
 
     engine = stop_the_server(run_dir, "9")
     assert_lost_server_handled(tmp_path, run_dir, socket_name, "exited", detected_in=60)
     assert not procs.alive(engine)
     steps = [m["step"] for m in read_metrics(run_dir) if "loss" in m]
-    assert steps == list(range(1, len(steps) + 1)) and len(steps) >= done + 2, (done, steps)  # went on from the checkpoint
+    # went on from the checkpoint
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) >= done + 2, (done, steps)

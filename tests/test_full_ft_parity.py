@@ -16,7 +16,8 @@ import tomli_w
 import torch
 
 from conftest import (
-    BIN, against_server, assert_only_health_is_open, log_since, free_port, max_logprob_gap, trained_like_adapter, vf_vllm, write_config, tmux_socket,
+    BIN, against_server, assert_only_health_is_open, log_since, free_port, max_logprob_gap, trained_like_adapter,
+    vf_vllm, write_config, tmux_socket,
 )
 
 API_KEY = "test-key"
@@ -320,7 +321,8 @@ def test_vf_rl_full_finetuning_three_steps(tmp_path, tiny_model, vllm_server):
     # every weight trained: the saved policy differs from the base in an embedding, a norm and a linear layer
     from safetensors.torch import load_file
 
-    base, trained = load_file(tiny_model / "model.safetensors"), load_file(run_dir / "weights" / "step-3" / "model.safetensors")
+    base = load_file(tiny_model / "model.safetensors")
+    trained = load_file(run_dir / "weights" / "step-3" / "model.safetensors")
     for key in ("model.embed_tokens.weight", "model.norm.weight", "model.layers.0.mlp.down_proj.weight"):
         assert not torch.equal(base[key], trained[key]), key
 
@@ -335,9 +337,11 @@ def test_full_weight_mode_serves_without_lora_through_the_worker_extension():
     assert full[-4:] == ["--middleware", "vfrl.inference.reload_route.ReloadRoute",
                          "--middleware", "vfrl.inference.server.RequireApiKey"]
     env = server_env({"VFRL_API_KEY": "k"}, full_weights=True)
-    assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_API_KEY"] == "k" and "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in env
+    assert (env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_API_KEY"] == "k"
+            and "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in env)
     lora = server_argv("m", "127.0.0.1", 8000, 8, {})
-    assert "--enable-lora" in lora and "--worker-extension-cls" not in lora and "vfrl.inference.reload_route.ReloadRoute" not in lora
+    assert ("--enable-lora" in lora and "--worker-extension-cls" not in lora
+            and "vfrl.inference.reload_route.ReloadRoute" not in lora)
     assert "VLLM_SERVER_DEV_MODE" not in server_env({}, full_weights=False)
 
 
@@ -356,7 +360,8 @@ def test_the_cpu_build_runs_its_one_worker_in_the_engine_core(monkeypatch):
         assert "uni" not in argv and "VLLM_ENABLE_V1_MULTIPROCESSING" not in server.server_env({}, False, argv)
     monkeypatch.setattr(server, "_cpu_build", lambda: False)
     argv = server.server_argv("m", "127.0.0.1", 8000, 8, {})
-    assert "--distributed-executor-backend" not in argv and "VLLM_ENABLE_V1_MULTIPROCESSING" not in server.server_env({}, False, argv)
+    assert ("--distributed-executor-backend" not in argv
+            and "VLLM_ENABLE_V1_MULTIPROCESSING" not in server.server_env({}, False, argv))
 
 
 def test_an_eager_cpu_build_server_of_a_small_vocabulary_compiles_nothing(monkeypatch, tiny_model, tmp_path):
@@ -394,7 +399,8 @@ def test_vf_rl_lora_merged_sync_three_steps(tmp_path, tiny_model, vllm_server):
     assert sorted(p.name for p in (run_dir / "adapters").iterdir()) == ["policy-2", "policy-3"]
     from safetensors.torch import load_file
 
-    base, served = load_file(tiny_model / "model.safetensors"), load_file(run_dir / "weights" / "step-3" / "model.safetensors")
+    base = load_file(tiny_model / "model.safetensors")
+    served = load_file(run_dir / "weights" / "step-3" / "model.safetensors")
     assert not torch.equal(base["model.layers.0.mlp.down_proj.weight"], served["model.layers.0.mlp.down_proj.weight"])
     assert torch.equal(base["model.embed_tokens.weight"], served["model.embed_tokens.weight"])  # LoRA: linears only
     assert (run_dir / "adapters" / "policy-3" / "adapter_model.safetensors").exists()

@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAINER_CHECKS = ["machine", "model", "logprobs", "shared_prefix", "train_lora", "train_full", "resume_lora", "resume_full",
-                  "shared_plan"]
+TRAINER_CHECKS = ["machine", "model", "logprobs", "shared_prefix", "train_lora", "train_full", "resume_lora",
+                  "resume_full", "shared_plan"]
 
 
 def test_gpu_check_script_runs_its_trainer_checks_on_the_cpu_and_writes_results(tmp_path):

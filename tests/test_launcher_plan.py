@@ -67,8 +67,9 @@ def test_sharing_takes_both_panes_from_the_first_gpus():
 def test_too_few_gpus_even_to_share_or_sharing_refused_is_one_line():
     with pytest.raises(PlanError) as e:
         split_gpus(1, 1, ids(1), share="never")
-    assert str(e.value) == ('inference.gpus + trainer.gpus = 2 is invalid: this machine has 1 GPU; lower inference.gpus '
-                            '(1) or trainer.gpus (1), or let vLLM and the trainer share GPUs (inference.share_gpus = "auto")')
+    assert str(e.value) == ('inference.gpus + trainer.gpus = 2 is invalid: this machine has 1 GPU; lower '
+                            'inference.gpus (1) or trainer.gpus (1), or let vLLM and the trainer share GPUs '
+                            '(inference.share_gpus = "auto")')
     with pytest.raises(PlanError, match=r"= 3 is invalid: this machine has 1 GPU; lower inference.gpus \(2\)"):
         split_gpus(2, 1, ids(1))
 
@@ -246,7 +247,8 @@ AUTO_NOTE = ('this machine has 1 GPU, fewer than inference.gpus + trainer.gpus =
 
 def test_quickstart_on_one_gpu_shares_it_and_vllm_gets_half(tmp_path):
     plan = make_plan(shipped("quickstart.toml", tmp_path, TINY), tmp_path / "run", "s", H100, tmp_path)
-    assert plan.device == "cuda" and plan.inference.env["CUDA_VISIBLE_DEVICES"] == plan.trainer.env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert (plan.device == "cuda"
+            and plan.inference.env["CUDA_VISIBLE_DEVICES"] == plan.trainer.env["CUDA_VISIBLE_DEVICES"] == "0")
     assert plan.shared_devices == ["0"] and plan.notes == [AUTO_NOTE]
     assert plan.memory.derived and plan.memory.utilization == 0.5  # a tiny model: each side gets about half
     assert plan.config.inference.args["gpu_memory_utilization"] == 0.5  # the resolved config vf-vllm reads
@@ -267,7 +269,8 @@ def test_qwen_05b_on_one_gpu_gives_the_trainer_its_estimate_and_vllm_the_kv_cach
 
 def test_on_two_gpus_the_shipped_one_gpu_each_configs_do_not_share(tmp_path):
     for name in ("quickstart.toml", "qwen2.5-0.5b-instruct.toml"):
-        plan = make_plan(shipped(name, tmp_path, TINY), tmp_path / "run", "s", Machine(2, 16, gpu_memory_mib=81559), tmp_path)
+        plan = make_plan(shipped(name, tmp_path, TINY), tmp_path / "run", "s", Machine(2, 16, gpu_memory_mib=81559),
+                         tmp_path)
         assert plan.shared_devices == [] and plan.memory is None and plan.notes == []
         assert "gpu_memory_utilization" not in plan.config.inference.args
         assert "VFRL_TRAINER_LOADS_AFTER_VLLM" not in plan.trainer.env  # GPUs of its own: both start at once
@@ -286,12 +289,11 @@ def test_full_fine_tuning_that_cannot_fit_beside_vllm_is_refused_with_the_number
     with pytest.raises(PlanError) as e:
         make_plan(c, tmp_path / "run", "s", H100, tmp_path)
     assert str(e.value) == (
-        "trainer.args.use_lora = false is invalid: full fine-tuning of models/qwen2.5-0.5b-instruct (14.77B parameters) "
-        "needs 220.1 GiB before activations (weights 55.0 + gradients 55.0 + AdamW states 110.0) and vLLM 30.8 GiB "
-        "(weights 27.5 + KV cache of one 2048-token sequence 0.4 + overhead 1.5 + in-place reload (one layer) 1.5); "
-        "with two CUDA contexts (1.0 GiB) "
-        "that is more than one 79.6 GiB GPU holds; use LoRA (trainer.args.use_lora = true) or give the trainer GPUs "
-        "of its own")
+        "trainer.args.use_lora = false is invalid: full fine-tuning of models/qwen2.5-0.5b-instruct "
+        "(14.77B parameters) needs 220.1 GiB before activations (weights 55.0 + gradients 55.0 + AdamW states "
+        "110.0) and vLLM 30.8 GiB (weights 27.5 + KV cache of one 2048-token sequence 0.4 + overhead 1.5 + in-place "
+        "reload (one layer) 1.5); with two CUDA contexts (1.0 GiB) that is more than one 79.6 GiB GPU holds; use "
+        "LoRA (trainer.args.use_lora = true) or give the trainer GPUs of its own")
     c.trainer.args.use_lora = True  # LoRA of the same model fits (its activations are only noted)
     assert make_plan(c, tmp_path / "run", "s", H100, tmp_path).memory.utilization >= 0.37
 
@@ -358,7 +360,8 @@ GOLDEN_CASES = {
     "dry_run_cpu": (Machine(0, 2), GOLDEN_CONFIG, ()),
     "dry_run_1gpu": (H100, QWEN_CONFIG, ("--model", "models/qwen2.5-0.5b-instruct")),
     # node rank 0 of 2 here, beside vLLM; the note carries node rank 1's command
-    "dry_run_8gpu_2nodes": (Machine(8, 64), GOLDEN_CONFIG, ("--trainer.nodes", "2", "--trainer.main_address", "10.0.0.5")),
+    "dry_run_8gpu_2nodes": (Machine(8, 64), GOLDEN_CONFIG,
+                            ("--trainer.nodes", "2", "--trainer.main_address", "10.0.0.5")),
     # --slurm from a login node without GPUs: 8 + 8 GPUs do not fit on one 8-GPU node, so vLLM gets node 0
     "dry_run_slurm_2x8gpu": (Machine(0, 4), GOLDEN_CONFIG, (
         "--slurm", "--inference.gpus", "8", "--inference.args.tensor_parallel_size", "1", "--trainer.gpus", "8",
@@ -414,7 +417,8 @@ def test_dry_run_reports_a_gpu_shortage_as_one_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(cli, "detect_machine", lambda: Machine(2, 8))
     (tmp_path / "cfg.toml").write_text((ROOT / "configs/rl/qwen2.5-1.5b-instruct-8gpu.toml").read_text())
-    result = CliRunner().invoke(cli.app, ["run", "cfg.toml", "--dry-run", "--tmux-socket", f"vfrl-golden-{os.getpid()}"])
+    result = CliRunner().invoke(cli.app, ["run", "cfg.toml", "--dry-run",
+                                          "--tmux-socket", f"vfrl-golden-{os.getpid()}"])
     assert result.exit_code == 2
     assert result.stderr.strip() == ("vf-rl: error: cfg.toml: inference.gpus + trainer.gpus = 8 is invalid: this "
                                      "machine has 2 GPUs; lower inference.gpus (6) or trainer.gpus (2)")
@@ -444,9 +448,10 @@ def test_the_quick_start_dry_run_on_one_gpu_shows_the_shared_plan(tmp_path, monk
     (tmp_path / "cfg.toml").write_text((ROOT / "configs/rl/quickstart.toml").read_text())
     result = CliRunner().invoke(cli.app, ["run", "cfg.toml", "--dry-run", "--tmux-socket", f"vfrl-1gpu-{os.getpid()}"])
     assert result.exit_code == 0, result.output
-    assert "devices:        inference GPUs 0 (vLLM: 1 data-parallel x 1 tensor-parallel); trainer GPUs 0 (1 process); " \
-           "shared by both: 0\n" in result.stdout
-    assert "memory:         vLLM --gpu-memory-utilization 0.5 (derived): 39.8 of each shared 79.6 GiB GPU" in result.stdout
+    assert ("devices:        inference GPUs 0 (vLLM: 1 data-parallel x 1 tensor-parallel); trainer GPUs 0 "
+            "(1 process); shared by both: 0\n") in result.stdout
+    assert ("memory:         vLLM --gpu-memory-utilization 0.5 (derived): 39.8 of each shared 79.6 GiB "
+            "GPU") in result.stdout
     assert f"note:           {AUTO_NOTE}\n" in result.stdout
     assert "gpu_memory_utilization = 0.5" in result.stdout  # in the resolved config vf-vllm reads
 
@@ -483,7 +488,8 @@ def test_vf_rl_help_runs_and_documents_overrides():
 def test_an_environment_that_is_not_installed_stops_the_launch_in_one_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "cfg.toml").write_text((ROOT / "configs/rl/quickstart.toml").read_text())
-    args = ["run", "cfg.toml", "--env.id", "no-such-env", "--model", "Qwen/Qwen2.5-0.5B-Instruct",  # a hub id: not checked
+    args = ["run", "cfg.toml", "--env.id", "no-such-env",
+            "--model", "Qwen/Qwen2.5-0.5B-Instruct",  # a hub id: not checked
             "--tmux-socket", f"vfrl-env-{os.getpid()}", "--detach"]
     result = CliRunner().invoke(cli.app, args)
     assert result.exit_code == 2
@@ -518,6 +524,7 @@ def test_liger_kernels_without_the_package_are_named_before_anything_starts(monk
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "liger_kernel" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "liger_kernel" else real(name, *a))
     assert "pip install liger-kernel" in preflight.liger_problem(cfg(use_liger_kernel=True))
     assert preflight.liger_problem(cfg()) is None

@@ -57,7 +57,8 @@ def fake_run(tmp_path: Path, socket_name: str, session: str, stubborn: bool = Fa
     srv = tmux.server(socket_name)
     tmux.start_session(srv, plan, tmp_path)
     deadline = time.time() + 10
-    while time.time() < deadline and not ((run_dir / "logs/trainer.log").exists() and (run_dir / "inference.pid").exists()):
+    while time.time() < deadline and not ((run_dir / "logs/trainer.log").exists()
+                                          and (run_dir / "inference.pid").exists()):
         time.sleep(0.1)
     time.sleep(0.5)
     leaders = [tmux.pane_state(srv, session, role).pid for role in ("inference", "trainer", "metrics")]
@@ -155,7 +156,8 @@ def test_panes_get_vf_rl_s_environment_even_from_a_tmux_server_started_without_i
     """tmux hands a new session its *server's* environment. With a server already running that lacks a
     variable, the panes must still see what vf-rl was started with (issue 9: WANDB_MODE never arrived)."""
     without = {k: v for k, v in os.environ.items() if not k.startswith("VFRL_TEST_")}
-    subprocess.run(["tmux", "-L", socket_name, "new-session", "-d", "-s", "other", "sleep 600"], env=without, check=True)
+    subprocess.run(["tmux", "-L", socket_name, "new-session", "-d", "-s", "other", "sleep 600"], env=without,
+                   check=True)
     environ = {**os.environ, "VFRL_TEST_SEEN": "it's here; $HOME \"quoted\"", "CUDA_VISIBLE_DEVICES": "7"}
     run_dir, pids = fake_run(tmp_path, socket_name, "test", environ=environ)
     env_file = RunDir(run_dir).environment
@@ -180,8 +182,8 @@ def test_a_busy_port_is_refused_in_one_line_before_anything_starts(tmp_path, soc
         write_config(tmp_path / "cfg.toml", tiny_model, port, tmp_path / "outputs")
         res = vf_rl("@", str(tmp_path / "cfg.toml"), "--no-attach", "--tmux-socket", socket_name, cwd=tmp_path)
     assert res.returncode == 2 and "Traceback" not in res.stderr
-    assert res.stderr.strip() == (f"vf-rl: error: {tmp_path / 'cfg.toml'}: inference.port = {port} is already in use on "
-                                  f"127.0.0.1; choose another port, or set inference.port = 0 to pick a free one.")
+    assert res.stderr.strip() == (f"vf-rl: error: {tmp_path / 'cfg.toml'}: inference.port = {port} is already in use "
+                                  f"on 127.0.0.1; choose another port, or set inference.port = 0 to pick a free one.")
     assert not tmux.session_exists(tmux.server(socket_name), "test")
 
 

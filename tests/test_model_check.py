@@ -35,7 +35,8 @@ def test_quickstart_config_in_a_folder_without_the_model_is_one_line(tmp_path, m
     monkeypatch.chdir(tmp_path)
     cfg = tmp_path / "quickstart.toml"
     cfg.write_text((ROOT / "configs" / "rl" / "quickstart.toml").read_text())
-    result = CliRunner().invoke(cli.app, ["run", str(cfg), "--no-attach", "--tmux-socket", tmux_socket("model", tmp_path)])
+    result = CliRunner().invoke(cli.app, ["run", str(cfg), "--no-attach",
+                                          "--tmux-socket", tmux_socket("model", tmp_path)])
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f'vf-rl: error: {cfg}: model = "./models/tiny-reverse" is invalid')

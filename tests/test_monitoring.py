@@ -7,8 +7,6 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
-import pytest
-
 from conftest import BIN, ROOT
 from vfrl.run_dir import set_aside_after
 from vfrl.trainer.console import TrainerConsole, progress_line
@@ -112,7 +110,8 @@ def test_vf_rl_plot_writes_valid_pngs(tmp_path):
     assert proc.returncode == 0, proc.stderr
     from PIL import Image
 
-    expected = [tmp_path / "curves.png"] + [tmp_path / "plots" / f"{n}.png" for n in ("reward", "loss", "mismatch_kl", "step_time")]
+    expected = [tmp_path / "curves.png"] + [tmp_path / "plots" / f"{n}.png"
+                                            for n in ("reward", "loss", "mismatch_kl", "step_time")]
     for png in expected:
         assert f"wrote {png}" in proc.stdout
         with Image.open(png) as img:
@@ -152,7 +151,8 @@ sys.path.insert(0, {str(ROOT / 'tests')!r})
 from conftest import write_config
 from vfrl.config import load_config
 from vfrl.trainer.trainer import RLTrainer
-cfg = load_config(write_config(Path({str(tmp_path)!r}) / "c.toml", Path({str(tiny_model)!r}), 8000, Path({str(tmp_path)!r})))
+cfg = load_config(write_config(Path({str(tmp_path)!r}) / "c.toml", Path({str(tiny_model)!r}), 8000,
+                               Path({str(tmp_path)!r})))
 assert cfg.args.report_to == "none"
 RLTrainer(cfg, Path({str(tmp_path)!r}) / "run", "http://127.0.0.1:9/v1", "k")
 print("wandb imported:", "wandb" in sys.modules)
@@ -188,9 +188,9 @@ def test_trainer_log_flags_a_mismatch_jump_in_metrics_console_and_wandb(tiny_mod
             self.tables.append(step)
 
     trainer.run_log.wandb = sink = Sink()
-    r = Rollout(example_id=1, prompt=[{"role": "user", "content": "abc"}], completion=[{"role": "assistant", "content": "cba"}],
-                answer="cba", prompt_ids=[1], completion_ids=[2], completion_logprobs=[-0.1], completion_mask=[1],
-                policy="policy-0", reward=1.0)
+    r = Rollout(example_id=1, prompt=[{"role": "user", "content": "abc"}],
+                completion=[{"role": "assistant", "content": "cba"}], answer="cba", prompt_ids=[1], completion_ids=[2],
+                completion_logprobs=[-0.1], completion_mask=[1], policy="policy-0", reward=1.0)
     batch = Batch(step=0, policy_version=0, rollouts=[r], example_ids=[1])
     for step, kl in enumerate((2e-3, 3e-3, 2e-3, 2.5e-3) * 2 + (2e-3, 3e-3, 0.06), start=1):
         trainer.run_log.step(step, record(step, mismatch_kl=kl), batch)

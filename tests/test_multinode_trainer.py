@@ -158,7 +158,7 @@ def run_all(commands: list[list[str]], env: dict[str, str], timeout: float) -> N
 
 
 @pytest.fixture(scope="module")
-def one_process_and_two_nodes(tmp_path_factory, tiny_model, one_process_output):
+def one_process_and_two_nodes(tmp_path_factory, tiny_model, one_process_output):  # noqa: F811  (the imported fixture)
     """The two-node launch, against the one-process reference of test_multiprocess_trainer.py."""
     out2 = tmp_path_factory.mktemp("nodes")
     port = free_port()

@@ -80,7 +80,8 @@ SCRIPT = SETUP + """
     after = trainer.evaluate()  # the trained policy
     assert trainer.trainer.pipeline.served == "policy-3"  # what that eval sampled from
     trainer.save_model("saved-adapter")
-    print("EVAL", before["eval/num_rollouts"], after["eval/num_rollouts"], before["eval/reward_mean"], after["eval/reward_mean"])
+    print("EVAL", before["eval/num_rollouts"], after["eval/num_rollouts"], before["eval/reward_mean"],
+          after["eval/reward_mean"])
     print("RUN_DIR", run_dir)
 """
 

@@ -1,6 +1,6 @@
 """vf-vllm's POST /vfrl/reload_weights and /vfrl/stage_weights (vfrl.inference.reload_route) against a stand-in
-engine: the order of their engine calls, and what they answer when the body or the reload is wrong. The real route, on a real
-vf-vllm, runs in every full-weight and merged-LoRA test (test_full_ft_parity.py)."""
+engine: the order of their engine calls, and what they answer when the body or the reload is wrong. The real route, on a
+real vf-vllm, runs in every full-weight and merged-LoRA test (test_full_ft_parity.py)."""
 
 from types import SimpleNamespace
 

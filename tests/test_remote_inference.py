@@ -312,7 +312,8 @@ def test_a_remote_run_never_signals_the_server_even_one_its_run_dir_names(tmp_pa
             assert server.poll() is None, "the trainer's epilogue signalled the remote server"
         res = vf_rl("stop", "--tmux-socket", socket_name)
         code = "130" if ending == "stop" else "0"
-        assert res.returncode == 0 and f"stopped 'remote' (trainer exit code {code})" in res.stdout, res.stdout + res.stderr
+        assert res.returncode == 0 and f"stopped 'remote' (trainer exit code {code})" in res.stdout, (
+            res.stdout + res.stderr)
         assert server.poll() is None, "vf-rl stop signalled the remote server"
         assert (run_dir / "logs" / "trainer.log").read_text().startswith("training")
         assert not (run_dir / ".api_key").exists()

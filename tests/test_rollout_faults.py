@@ -64,7 +64,8 @@ def run_script(tmp_path, code: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def status_error(cls, code: int, message: str):
-    return cls(message, response=httpx.Response(code, request=httpx.Request("POST", "http://fake-vllm:8000/v1")), body=None)
+    return cls(message, response=httpx.Response(code, request=httpx.Request("POST", "http://fake-vllm:8000/v1")),
+               body=None)
 
 
 class Stalling(FakeOpenAI):
@@ -397,7 +398,8 @@ def test_reward_errors_are_counted_per_function_and_warned_about_below_the_limit
     batch = run(orch.generate(0, "m", 0))
     assert batch.metrics["reward_errors/flaky"] == 2.0 and batch.metrics["reward_errors/right"] == 0.0
     assert [r.reward for r in batch.rollouts if r.reward_errors] == [0.0, 0.0]
-    assert batch.warning == "step 1: reward function 'flaky' failed on 2 of 8, scored 0 (raised ValueError: cannot score 'fe')"
+    assert batch.warning == ("step 1: reward function 'flaky' failed on 2 of 8, scored 0 "
+                             "(raised ValueError: cannot score 'fe')")
 
 
 def test_a_reward_function_failing_on_most_rollouts_stops_the_run_with_one_line():
@@ -491,5 +493,6 @@ def test_a_pending_batch_keeps_its_group_sizes_and_warning_through_a_checkpoint(
 
 
 def test_rollout_timeout_must_fit_in_the_batch_timeout():
-    with pytest.raises(ValueError, match=r"rollout_timeout = 300.0 is invalid: must be at most generation_timeout \(120\)"):
+    with pytest.raises(ValueError,
+                       match=r"rollout_timeout = 300.0 is invalid: must be at most generation_timeout \(120\)"):
         TrainerArgs(generation_timeout=120)

@@ -19,8 +19,9 @@ def test_an_overlong_prompt_is_rejected_by_vllm_and_only_its_group_is_dropped(sh
     srv = shared_vllm_server
     # the tiny model's tokenizer spends one token per character: 1100 characters do not fit in 1024
     questions = ["abc", "x" * 1100, "de", "fgh"]
-    env = vfrl.SingleTurnEnv(dataset=[{"question": q, "answer": q[::-1]} for q in questions],
-                             rubric=vfrl.Rubric([lambda completion, answer: float(completion[-1]["content"] == answer)]))
+    env = vfrl.SingleTurnEnv(
+        dataset=[{"question": q, "answer": q[::-1]} for q in questions],
+        rubric=vfrl.Rubric([lambda completion, answer: float(completion[-1]["content"] == answer)]))
     args = TrainerArgs(rollouts_per_example=2, batch_size=8, micro_batch_size=4, max_tokens=8, max_seq_len=64,
                        rollout_timeout=120, generation_timeout=120)
 

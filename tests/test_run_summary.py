@@ -38,7 +38,8 @@ def test_a_full_weight_run_names_its_weights_and_a_short_run_its_own_window(tmp_
     (tmp_path / "checkpoints" / "step-4").mkdir()  # a half-written one is never named
     text = "\n".join(summary(tmp_path, "m", "e"))
     assert "done: 3 steps\n" in text and "first and last 1 steps)  0.200 -> 0.600" in text
-    assert f"policy: {tmp_path}/weights/step-3 (full weights" in text and f"checkpoint: {tmp_path}/checkpoints/step-3" in text
+    assert (f"policy: {tmp_path}/weights/step-3 (full weights" in text
+            and f"checkpoint: {tmp_path}/checkpoints/step-3" in text)
     assert "eval reward" not in text
 
 

@@ -68,7 +68,8 @@ def lora_model(tiny_model):
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model), LoraConfig(r=8, target_modules="all-linear"))
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model),
+                           LoraConfig(r=8, target_modules="all-linear"))
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_B" in name:

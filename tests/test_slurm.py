@@ -148,7 +148,8 @@ def test_the_sbatch_script_runs_the_pane_scripts_and_records_the_job(tmp_path):
 def test_slurm_table_mistakes_are_one_line(tmp_path, monkeypatch, slurm_table, error):
     monkeypatch.chdir(tmp_path)
     lines = [f"{k} = {v!r}".replace("'", '"') for k, v in slurm_table.items()]
-    (tmp_path / "cfg.toml").write_text((ROOT / "configs/rl/quickstart.toml").read_text() + "\n[slurm]\n" + "\n".join(lines) + "\n")
+    (tmp_path / "cfg.toml").write_text((ROOT / "configs/rl/quickstart.toml").read_text()
+                                       + "\n[slurm]\n" + "\n".join(lines) + "\n")
     result = CliRunner().invoke(cli.app, ["run", "cfg.toml", "--slurm", "--dry-run"])
     assert result.exit_code == 2
     assert error in result.output and "Traceback" not in result.output
@@ -204,7 +205,8 @@ def test_status_and_stop_read_the_job_of_a_run_directory(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert (tmp_path / "state.cancelled").read_text().strip() == "4242"
     assert "stopped slurm job 4242 (trainer exit code 130)" in result.output
-    assert CliRunner().invoke(cli.app, ["status", str(run_dir)]).output.startswith("slurm job 4242: ended, trainer exited 130")
+    assert CliRunner().invoke(cli.app, ["status", str(run_dir)]).output.startswith(
+        "slurm job 4242: ended, trainer exited 130")
     result = CliRunner().invoke(cli.app, ["status", str(tmp_path)])
     assert result.exit_code == 2 and "no slurm.jobid" in result.output
 

@@ -25,7 +25,8 @@ VF_RL = str(Path(sys.executable).parent / "vf-rl")
 
 @pytest.fixture(scope="module")
 def cluster():
-    done = subprocess.run(["bash", str(ROOT / "scripts/install_slurm.sh")], capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(["bash", str(ROOT / "scripts/install_slurm.sh")], capture_output=True, text=True,
+                          timeout=1200)
     if done.returncode == 3:
         pytest.skip(f"no Slurm here: {done.stderr.strip().splitlines()[-1]}")
     assert done.returncode == 0, done.stderr
@@ -73,7 +74,8 @@ def test_the_quick_start_runs_as_a_slurm_job_and_ends_with_exit_0(cluster, workd
     run_dir = submit(workdir, "--trainer.args.max_steps", "3", "--model", str(tiny_model),
                      "--inference.base_url", srv.base_url,
                      "--inference.api_key_var", "REMOTE_VLLM_KEY",
-                     "--trainer.args.lora_sync", "adapter",  # the shared server serves runtime LoRA; the quick start merges
+                     # the shared server serves runtime LoRA; the quick start merges
+                     "--trainer.args.lora_sync", "adapter",
                      env={**os.environ, "REMOTE_VLLM_KEY": srv.api_key})
     job = slurm.job_id(run_dir)
     assert job, "vf-rl recorded no job id"

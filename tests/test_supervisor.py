@@ -124,7 +124,8 @@ def real_tree(tmp_path: Path, tiny_model) -> tuple:
     served.__enter__()
     supervisor = int((tmp_path / "inference.pid").read_text())
     children = subprocess.run(["pgrep", "-P", str(supervisor)], capture_output=True, text=True).stdout.split()
-    [server] = [int(pid) for pid in children if b"vfrl.inference.reaper" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    [server] = [int(pid) for pid in children
+                if b"vfrl.inference.reaper" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
     log = tmp_path / "inference.log"
     engine = int(wait_until(lambda: (t := log.read_text()).count("engine core is pid ") and
                             t.split("engine core is pid ")[1].split()[0], 60, "the engine core named in the log"))

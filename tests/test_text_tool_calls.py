@@ -87,7 +87,8 @@ def test_every_generated_reply_reads_back_its_calls_and_content(tokenizer):
         for call in calls:
             start, end = call.token_span
             assert 0 <= start < end <= len(ids)
-            assert "<tool_call>" in tokenizer.decode(ids[start:end]) or call.status == ToolCallParseStatus.UNCLOSED_BLOCK
+            assert ("<tool_call>" in tokenizer.decode(ids[start:end])
+                    or call.status == ToolCallParseStatus.UNCLOSED_BLOCK)
 
 
 def test_a_reply_without_a_block_is_all_content(tokenizer):

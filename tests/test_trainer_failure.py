@@ -106,7 +106,8 @@ def test_a_lost_remote_server_is_named_with_its_own_log_not_one_vf_rl_never_wrot
     stopped = RLTrainer.stopped_by(trainer, InferenceLost("the vLLM server at http://gpu-node-3:8000 does not answer"))
     assert stopped.code == EXIT_INFERENCE_LOST
     assert stopped.line.startswith("vf-train: the vLLM server at http://gpu-node-3:8000 does not answer (see its own "
-                                   "log, where it runs). Training up to step 1 is saved in outputs/run/checkpoints/step-1")
+                                   "log, where it runs). Training up to step 1 is saved in "
+                                   "outputs/run/checkpoints/step-1")
 
 
 def test_a_step_trained_before_its_push_failed_gets_its_metrics_line(trainer):
@@ -138,7 +139,8 @@ def test_any_other_failure_is_named_with_the_server_still_checked(trainer):
 def test_errors_worded_for_users_are_shown_as_they_are():
     from vfrl.envs.loader import EnvironmentLoadError
 
-    assert describe(EnvironmentLoadError("environment 'x' (package x 0.1): boom")) == "environment 'x' (package x 0.1): boom"
+    assert describe(EnvironmentLoadError("environment 'x' (package x 0.1): boom")) == (
+        "environment 'x' (package x 0.1): boom")
     assert describe(KeyError("k")) == "KeyError: 'k'"
     assert EXIT_ERROR == 1
 
@@ -240,7 +242,8 @@ def test_on_a_shared_gpu_the_trainer_loads_its_model_only_once_vllm_is_up(tmp_pa
     from vfrl.trainer import cli, inference_watch
 
     events = []
-    monkeypatch.setattr(inference_watch, "wait_for_server", lambda url, timeout, pid: events.append(("wait", url)) or 0.1)
+    monkeypatch.setattr(inference_watch, "wait_for_server",
+                        lambda url, timeout, pid: events.append(("wait", url)) or 0.1)
 
     class Recorder:
         def __init__(self, cfg, run_dir, base_url, api_key):

@@ -43,7 +43,7 @@ def test_after_release_every_stop_signal_raises_keyboard_interrupt():
         "import os, signal, sys\n"
         "from vfrl.trainer import stop_signals\n"
         "stop_signals.hold(); stop_signals.release()\n"
-        f"try:\n    os.kill(os.getpid(), signal.{{sig}})\n    import time; time.sleep(30)\n"
+        "try:\n    os.kill(os.getpid(), signal.{sig})\n    import time; time.sleep(30)\n"
         "except KeyboardInterrupt:\n    sys.exit(130)\n")
     for sig in ("SIGINT", "SIGTERM", "SIGUSR2"):
         done = subprocess.run([sys.executable, "-c", script.format(sig=sig)], capture_output=True, text=True,

@@ -1,4 +1,5 @@
-"""Fast unit tests: batching alignment, the tokenizer round trip. (Launcher tests: test_launcher_*.py, test_config_*.py.)"""
+"""Fast unit tests: batching alignment, the tokenizer round trip. (Launcher tests: test_launcher_*.py,
+test_config_*.py.)"""
 
 import torch
 
@@ -37,4 +38,6 @@ def test_tiny_tokenizer_survives_save_and_reload(tmp_path):
     a = built.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False)
     b = loaded.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False)
     assert a == b
-    assert loaded.decode(b) == "<|im_start|>system\nReverse the text.<|im_end|>\n<|im_start|>user\nab c\nd<|im_end|>\n<|im_start|>assistant\n"
+    assert loaded.decode(b) == ("<|im_start|>system\nReverse the text.<|im_end|>\n"
+                                "<|im_start|>user\nab c\nd<|im_end|>\n"
+                                "<|im_start|>assistant\n")

@@ -41,13 +41,16 @@ def make_tool_model(out: Path, steps: int = 300, seed: int = 0, lr: float = 3e-3
     tok = build_tokenizer(extra_special=TOOL_TOKENS, chat_template=TOOL_TEMPLATE)
     model, tok = build_tiny_model(out, seed=seed, tokenizer=tok)
     eos = [tok.eos_token_id]
+
+    def render(m):
+        return tok.apply_chat_template(m, add_generation_prompt=True, tokenize=True, return_dict=False)
+
     seqs = []
     for a, b in SUMS:
         ask = [{"role": "user", "content": f"add {a} {b}"}]
         called = ask + [{"role": "assistant", "content": "", "tool_calls": [
             {"id": "call_0", "type": "function", "function": {"name": "add", "arguments": {"a": a, "b": b}}}]},
             {"role": "tool", "content": str(a + b), "tool_call_id": "call_0"}]
-        render = lambda m: tok.apply_chat_template(m, add_generation_prompt=True, tokenize=True, return_dict=False)
         seqs.append((render(ask), tok.encode(call_text(a, b), add_special_tokens=False) + eos))
         seqs.append((render(called), tok.encode(str(a + b), add_special_tokens=False) + eos))
     sft(model, tok, seqs, steps, batch_size=4, lr=lr, seed=seed)

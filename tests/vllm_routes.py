@@ -35,7 +35,8 @@ def routes(config: Path, server_log: Path) -> dict:
     assert tasks, f"no 'Supported tasks' line in {server_log}"
     with mock.patch.dict(os.environ, server_env({}, not cfg.args.use_lora, argv)):
         app = build_app(args, tuple(ast.literal_eval(tasks.group(1))), None)
-    samples = {convertors.IntegerConvertor: 1, convertors.FloatConvertor: 1.5, convertors.UUIDConvertor: uuid.UUID(int=1)}
+    samples = {convertors.IntegerConvertor: 1, convertors.FloatConvertor: 1.5,
+               convertors.UUIDConvertor: uuid.UUID(int=1)}
     paths, websockets = set(), set()
     for route in app.routes:
         path = route.path_format.format(**{name: conv.to_string(samples.get(type(conv), "x"))

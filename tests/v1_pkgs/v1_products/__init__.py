@@ -17,7 +17,8 @@ from v1_products.tools import ProductToolset
 SYSTEM_PROMPT = "You have a multiply tool. Call it, then answer with the number."
 EXAMPLE = [
     vf.UserMessage(content="What is 17 * 23?"),
-    vf.AssistantMessage(content="", tool_calls=[vf.ToolCall(id="call_0", name="multiply", arguments='{"a": 17, "b": 23}')]),
+    vf.AssistantMessage(content="", tool_calls=[
+        vf.ToolCall(id="call_0", name="multiply", arguments='{"a": 17, "b": 23}')]),
     vf.ToolMessage(tool_call_id="call_0", content="391", name="multiply"),
     vf.AssistantMessage(content="391"),
 ]

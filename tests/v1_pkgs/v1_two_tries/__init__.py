@@ -1,12 +1,11 @@
 """A verifiers 0.4 environment package whose episodes hold two traces, written only against `verifiers.v1`'s public API.
 
 Each episode plays the package's `vf.Env` (verifiers picks it up from `__all__`): two separate conversations
-of the one trainable agent on the same task, side by side, each two turns (reverse the task's word, then a second word the
-environment sends). Each conversation is a trace of its own, scored on its own by `@vf.reward` (the share of
-replies that reversed their word; `@vf.metric` counts the turns): a trainer gets two samples per episode,
-each with its own reward. The environment's turn is environment text: a trainer must give those tokens no
-loss. No vfrl import and no entry point, as a package made
-for verifiers would have.
+of the one trainable agent on the same task, side by side, each two turns (reverse the task's word, then a
+second word the environment sends). Each conversation is a trace of its own, scored on its own by `@vf.reward`
+(the share of replies that reversed their word; `@vf.metric` counts the turns): a trainer gets two samples per
+episode, each with its own reward. The environment's turn is environment text: a trainer must give those tokens
+no loss. No vfrl import and no entry point, as a package made for verifiers would have.
 """
 
 import asyncio
