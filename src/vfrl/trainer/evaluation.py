@@ -12,6 +12,7 @@ import asyncio
 import time
 from statistics import mean, pstdev
 
+from vfrl.envs.at_k import at_k
 from vfrl.envs.environment import Environment, Rollout
 from vfrl.envs.faults import RolloutFaults
 from vfrl.sections import EvalSection, GenerationSection
@@ -54,7 +55,7 @@ def summarize(rollouts: list[Rollout], faults: RolloutFaults | None = None) -> d
     }
     for name in rollouts[0].metrics:
         out[f"eval/{name}"] = mean(r.metrics.get(name, 0.0) for r in rollouts)
-    return out
+    return out | {f"eval/{name}": value for name, value in at_k(rollouts).items()}
 
 
 async def evaluate(env: Environment, client, model: str, gen: GenerationSection, semaphore: asyncio.Semaphore,

@@ -25,6 +25,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from vfrl.envs.at_k import at_k
 from vfrl.envs.cli import fail
 from vfrl.envs.cli.eval_defaults import EVAL_DEFAULTS, read_eval_defaults
 from vfrl.envs.faults import RolloutFaults
@@ -88,6 +89,7 @@ def summarize(rollouts: list[Any]) -> dict[str, Any]:
         # unknown in text mode (no token ids recorded)
         "completion_tokens": statistics.fmean(len(r.completion_ids) for r in rollouts)
         if all(getattr(r, "completion_ids", None) for r in rollouts) else None,
+        "at_k": at_k(rollouts),  # avg@k and pass@k with -r k > 1
     }
 
 
@@ -164,6 +166,8 @@ def print_summary(summary: dict[str, Any], n_rollouts: int) -> None:
     table.add_row("reward", f"{summary['reward']['mean']:.4f}", f"{summary['reward']['std']:.4f}")
     for name, mean in summary["metrics"].items():
         table.add_row(name, f"{mean:.4f}", "")
+    for name, value in summary["at_k"].items():
+        table.add_row(name, f"{value:.4f}", "")
     table.add_row("truncated", f"{summary['truncated']:.4f}", "")
     if summary["completion_tokens"] is not None:
         table.add_row("completion tokens", f"{summary['completion_tokens']:.1f}", "")
