@@ -64,7 +64,8 @@ def main() -> None:
 
             apply_liger_kernel_to_qwen2(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
                                         fused_linear_cross_entropy=False)
-        trainer = gc_mod.make_trainer(ctx, Path(a.workdir) / f"run-profile-{variant}", not variant.startswith("full")).learner
+        trainer = gc_mod.make_trainer(ctx, Path(a.workdir) / f"run-profile-{variant}",
+                                      not variant.startswith("full")).learner
         if variant == "lora_input_cast":
             from peft.tuners.tuners_utils import BaseTunerLayer
 

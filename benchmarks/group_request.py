@@ -67,9 +67,11 @@ async def compare(base_url: str, api_key: str, rounds: int) -> None:
         results[True].append(grouped[:2])
     print(f"load average before: {LOAD:.1f}; after: {os.getloadavg()[0]:.1f}; rounds after warm-up: {rounds - 1}")
     print("| requests per batch | wall s (median) | client CPU s (median) |\n|---|---|---|")
-    for grouped, label in ((False, f"{PROMPTS * SAMPLES} (one per rollout)"), (True, f"{PROMPTS} (one per group, n = {SAMPLES})")):
+    for grouped, label in ((False, f"{PROMPTS * SAMPLES} (one per rollout)"),
+                           (True, f"{PROMPTS} (one per group, n = {SAMPLES})")):
         rows = results[grouped][1:]
-        print(f"| {label} | {statistics.median(w for w, _ in rows):.2f} | {statistics.median(c for _, c in rows):.2f} |")
+        print(f"| {label} | {statistics.median(w for w, _ in rows):.2f} "
+              f"| {statistics.median(c for _, c in rows):.2f} |")
     print(f"same token ids both ways: {same}")
     await client.close()
 

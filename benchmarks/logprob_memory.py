@@ -63,7 +63,8 @@ def run_one(variant: str, a) -> dict:
         loss.backward()
         return loss
 
-    step(ids[:1, :16], attn[:1, :16], torch.ones(1, 15, dtype=torch.bool))  # warm-up: pages in the code paths, thread pools
+    # warm-up: pages in the code paths, thread pools
+    step(ids[:1, :16], attn[:1, :16], torch.ones(1, 15, dtype=torch.bool))
     model.zero_grad(set_to_none=True)
     before = rss_kib("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # reset the peak (VmHWM) to the current RSS
@@ -83,7 +84,9 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--entropy", action="store_true", help="also compute the entropy (the trainer's first iteration)")
-    p.add_argument("--variants", nargs="+", default=VARIANTS, help="naive, chunked:N (N token positions per chunk, loss positions only), chunked:N:all (every position)")
+    p.add_argument("--variants", nargs="+", default=VARIANTS,
+                   help="naive, chunked:N (N token positions per chunk, loss positions only), "
+                        "chunked:N:all (every position)")
     p.add_argument("--one", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.one:
@@ -91,7 +94,8 @@ def main() -> None:
         return
     full = a.batch * a.seq * a.vocab * 4 / 2**20
     print(f"shape: batch {a.batch} x {a.seq} tokens ({a.completion} loss positions per row), vocab {a.vocab}, "
-          f"hidden {a.hidden}, fp32, entropy {'on' if a.entropy else 'off'}; one (B, T, V) fp32 logits tensor = {full:.0f} MiB\n")
+          f"hidden {a.hidden}, fp32, entropy {'on' if a.entropy else 'off'}; one (B, T, V) fp32 logits tensor = "
+          f"{full:.0f} MiB\n")
     print("| variant | peak memory above baseline (MiB) | forward + backward (s) |")
     print("|---|---|---|")
     losses = []

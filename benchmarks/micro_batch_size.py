@@ -6,8 +6,8 @@
 ROLLOUTS_DIR: a run's `rollouts/` (e.g. of `AB_CONFIG=benchmarks/configs/19m.toml benchmarks/quickstart_ab.py 3 x`):
 its first step's rows, rendered with the model's chat template, are the batch. Each size runs the whole batch
 as the trainer does (its collate and TrainBatch.micro_batches: rows sorted by length, each micro-batch cut to
-its longest row; LoRA r8 on every linear layer, chunked logprobs of the completion tokens, backward), once to warm up, then 3 times; the median is
-printed. No vLLM, no loss beyond the mean logprob: this times the arithmetic only.
+its longest row; LoRA r8 on every linear layer, chunked logprobs of the completion tokens, backward), once to warm
+up, then 3 times; the median is printed. No vLLM, no loss beyond the mean logprob: this times the arithmetic only.
 """
 
 import argparse
@@ -35,8 +35,8 @@ def rollouts(rollouts_dir: Path, tokenizer, count: int, max_tokens: int) -> list
         text = tokenizer.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True)
         prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
         completion = tokenizer(r["completion"][0]["content"], add_special_tokens=False)["input_ids"][:max_tokens]
-        out.append(Rollout(example_id=r["example_id"], prompt=r["prompt"], completion=r["completion"], answer=r["answer"],
-                           prompt_ids=list(prompt), completion_ids=list(completion),
+        out.append(Rollout(example_id=r["example_id"], prompt=r["prompt"], completion=r["completion"],
+                           answer=r["answer"], prompt_ids=list(prompt), completion_ids=list(completion),
                            completion_logprobs=[0.0] * len(completion), completion_mask=[1] * len(completion),
                            policy="bench"))
     return out

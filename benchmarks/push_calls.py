@@ -84,7 +84,8 @@ def four_calls(sync: MergedLoraSync, path: Path, version: int, calls: dict) -> N
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pushes", type=int, default=20, help="pushes of each kind")
-    parser.add_argument("--out", default="docs/benchmarks/push_calls.json", help="where the JSON goes, from the repo root")
+    parser.add_argument("--out", default="docs/benchmarks/push_calls.json",
+                        help="where the JSON goes, from the repo root")
     args = parser.parse_args()
     load_before = os.getloadavg()
 

@@ -53,11 +53,12 @@ def main() -> None:
     machine = f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, no GPU"
     report = (
         f"## Quick start (`configs/rl/quickstart.toml`)\n\n"
-        f"Command: `.venv/bin/python benchmarks/quickstart.py {runs}` (runs `vf-rl @ configs/rl/quickstart.toml --no-attach` "
-        f"{runs} times, one row each)\n\n"
+        f"Command: `.venv/bin/python benchmarks/quickstart.py {runs}` "
+        f"(runs `vf-rl @ configs/rl/quickstart.toml --no-attach` {runs} times, one row each)\n\n"
         f"Machine: {machine}. Measured {time.strftime('%Y-%m-%d')}; load average before the runs "
         f"{os.getloadavg()[0]:.1f}.\n\n"
-        f"| steps | wall time (launch to exit) | mean step time | reward, first 5 steps | reward, last 5 steps | gain |\n"
+        f"| steps | wall time (launch to exit) | mean step time | reward, first 5 steps | reward, last 5 steps "
+        f"| gain |\n"
         f"|---|---|---|---|---|---|\n"
         + "".join(row for row, _ in results)
         + "\nCurves of the last run:\n\n![quick start curves](quickstart_curves.png)\n"

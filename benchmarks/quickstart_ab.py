@@ -31,7 +31,7 @@ with RunCpu(run_dir) as cpu:
     p = subprocess.run([str(Path(sys.executable).parent / "vf-rl"), "@", str(config), "--no-attach",
                         "--tmux-socket", f"ab-{label}-{os.getpid()}", "--trainer.args.max_steps", str(steps),
                         "--inference.port", "0", *sys.argv[3:]], cwd=tmp, capture_output=True, text=True)
-rows = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 rows = [r for r in rows if "loss" in r and r["step"] >= 3]
 
 
@@ -50,7 +50,9 @@ def cpu_per_step(tree: int) -> dict[str, float]:
 vllm_cpu, trainer_cpu = cpu_per_step(0), cpu_per_step(1)
 # the loop's cadence, whatever a step's own timings count: one training start to the next
 cadence = statistics.median(b["train_start"] - a["train_start"] for a, b in zip(rows, rows[1:]))
-print(f"{label}: exit {p.returncode}, {len(rows)} steps, step_s {med('step_s'):.3f}, generate_s {med('generate_s'):.3f}, "
-      f"train_s {med('train_s'):.3f}, sync_s {med('sync_s'):.3f}, cadence {cadence:.3f}, CPU s/step vLLM {sum(vllm_cpu.values()):.3f} "
+print(f"{label}: exit {p.returncode}, {len(rows)} steps, step_s {med('step_s'):.3f}, "
+      f"generate_s {med('generate_s'):.3f}, train_s {med('train_s'):.3f}, sync_s {med('sync_s'):.3f}, "
+      f"cadence {cadence:.3f}, CPU s/step vLLM {sum(vllm_cpu.values()):.3f} "
       f"trainer {sum(trainer_cpu.values()):.3f}, wall {time.time()-t0:.0f}s, load before {load0:.2f}")
-print("  CPU s/step by process:", ", ".join(f"{k} {v:.3f}" for k, v in sorted({**vllm_cpu, **trainer_cpu}.items(), key=lambda kv: -kv[1])))
+by_cpu = sorted({**vllm_cpu, **trainer_cpu}.items(), key=lambda kv: -kv[1])
+print("  CPU s/step by process:", ", ".join(f"{k} {v:.3f}" for k, v in by_cpu))

@@ -1,6 +1,7 @@
 """vf-rl and TRL's GRPOTrainer side by side on the same workloads, one command.
 
-    .venv/bin/python benchmarks/side_by_side.py [--runs 3] [--workloads quickstart,19m,19m-scaling,smollm2] [--steps N] [--steps-19m N] [--render-only]
+    .venv/bin/python benchmarks/side_by_side.py [--runs 3] [--workloads quickstart,19m,19m-scaling,smollm2]
+        [--steps N] [--steps-19m N] [--render-only]
 
 Workloads (each a vf-rl config; TRL gets the same model, data, reward, LoRA rank and alpha, learning rate and its
 schedule, rollouts per step, group size, micro-batch, max tokens, temperature and eval, read from that config):
@@ -48,7 +49,8 @@ SKIP = 1  # steps left out of step-time medians: the first has no overlap (vf-rl
 
 HOW_TO = f"""{HEADING}
 
-`.venv/bin/python benchmarks/side_by_side.py [--runs 3] [--workloads quickstart,19m,19m-scaling] [--steps N] [--steps-19m N] [--gain 0.15] [--render-only]`
+`.venv/bin/python benchmarks/side_by_side.py [--runs 3] [--workloads quickstart,19m,19m-scaling] [--steps N]
+[--steps-19m N] [--gain 0.15] [--render-only]`
 runs TRL 1.16's `GRPOTrainer` and then `vf-rl` on the same workloads, `--runs` rounds each: the quick start
 (`configs/rl/quickstart.toml`, 160 steps), a random 19M Qwen2 (8 layers, hidden 512, `benchmarks/configs/19m.toml`,
 64 rollouts of <= 64 tokens, 15 steps; the model is made in `models/bench-19m` when missing) and the same
@@ -60,13 +62,13 @@ end on 100 held-out sums x 2 rollouts. TRL runs in its own venv (`.bench/trl-ven
 `benchmarks/trl_grpo.py`, with what the workload's config sets: model, data, reward (reverse-text's LCS,
 arithmetic's last number), LoRA rank and alpha, lr, its schedule and warm-up, rollouts per step and per prompt,
 micro-batch, max tokens, temperature and the eval (same prompts, rollouts per prompt and sampling; TRL samples
-afresh at each eval and pauses training for it, vf-rl reuses its seeds and evaluates beside training); 2 torch threads, its
-default generation (`model.generate`) on CPU and its vLLM colocate mode on a GPU (not run on one yet). Ratios come from the same
-round (TRL and vf-rl back to back), then their median over rounds. The command rewrites this section, the
-plots and `docs/benchmarks/side_by_side.json` (machine, load average before and after each run, versions,
-commit, commands, every step and eval). Run it on an otherwise idle machine: other jobs on the same cores slow TRL's
-two threads far more than their share. Three rounds of the default workloads take an estimated 2.5 hours on 2 cores
-(quick start ~20 min, the 19M model at 64 / 128 / 256 rollouts ~20 / 35 / 70 min); `--steps` and
+afresh at each eval and pauses training for it, vf-rl reuses its seeds and evaluates beside training); 2 torch
+threads, its default generation (`model.generate`) on CPU and its vLLM colocate mode on a GPU (not run on one yet).
+Ratios come from the same round (TRL and vf-rl back to back), then their median over rounds. The command rewrites
+this section, the plots and `docs/benchmarks/side_by_side.json` (machine, load average before and after each run,
+versions, commit, commands, every step and eval). Run it on an otherwise idle machine: other jobs on the same cores
+slow TRL's two threads far more than their share. Three rounds of the default workloads take an estimated 2.5 hours
+on 2 cores (quick start ~20 min, the 19M model at 64 / 128 / 256 rollouts ~20 / 35 / 70 min); `--steps` and
 `--workloads` shorten it.
 """
 
@@ -165,7 +167,8 @@ def add_vfrl_cpu(rows: list[dict], cpu_at, launch: float) -> None:
         row["cpu_total_s"] = row["cpu_vllm_total_s"] + row["cpu_trainer_total_s"]
 
 
-def time_to_gain(rows: list[dict], gain: float = DEFAULT_GAIN, window: int = WINDOW, base: int = BASE) -> tuple[float, int] | None:
+def time_to_gain(rows: list[dict], gain: float = DEFAULT_GAIN, window: int = WINDOW,
+                 base: int = BASE) -> tuple[float, int] | None:
     """(seconds from launch, step) at the end of the first step whose `window`-step mean reward is `gain` above
     the mean of the first `base` steps; None if no step gets there."""
     rewards = [r["reward"] for r in rows]
@@ -290,7 +293,8 @@ def render_section(result: dict) -> str:
             fmt(o["step_over_max_gen_train"]), fmt(o["sync_share"], ".1%"), cpu_cell(t, o),
         ])
         for label, x in (("TRL", t), ("vf-rl", o)):
-            gain = "-" if x["time_to_gain_s"] is None else f"{x['time_to_gain_s']:.0f} s (step {x['steps_to_gain']:.0f})"
+            gain = ("-" if x["time_to_gain_s"] is None
+                    else f"{x['time_to_gain_s']:.0f} s (step {x['steps_to_gain']:.0f})")
             reward_rows.append([name, label, f"{x['reward_first']:.3f} -> {x['reward_last']:.3f}",
                                 fmt(x["reward_gain"], "+.3f"), gain, fmt(x["first_step_end_s"], ".0f", " s"),
                                 fmt(x["wall_s"], ".0f", " s")])
@@ -301,10 +305,11 @@ def render_section(result: dict) -> str:
                                   "-" if reached is None else f"{reached:.0f} s (step {x['steps_to_eval_gain']:.0f})"])
         for i, r in enumerate(c["rounds"], 1):
             if r.get("ratios"):
-                round_rows.append([name, str(i), f"{r['trl']['load_before'][0]:.1f} / {r['vfrl']['load_before'][0]:.1f}",
+                round_rows.append([name, str(i),
+                                   f"{r['trl']['load_before'][0]:.1f} / {r['vfrl']['load_before'][0]:.1f}",
                                    fmt(r["trl"]["summary"]["median_step_s"], unit=" s"),
-                                   fmt(r["vfrl"]["summary"]["median_step_s"], unit=" s"), fmt(r["ratios"]["step"], unit="x"),
-                                   fmt(r["ratios"]["time_to_gain"], unit="x")])
+                                   fmt(r["vfrl"]["summary"]["median_step_s"], unit=" s"),
+                                   fmt(r["ratios"]["step"], unit="x"), fmt(r["ratios"]["time_to_gain"], unit="x")])
     gpu = m["gpus"] and ", ".join(m["gpus"]) or "no GPU"
     return (
         HOW_TO

@@ -41,7 +41,8 @@ _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")  # environments/arithmetic's
 def lcs_reward(completions, answer, **_) -> list[float]:
     """environments/reverse_text's lcs_reward (difflib ratio of the stripped reply and the reversed text), in
     TRL's reward-function shape: one list of conversational completions, the dataset's `answer` column."""
-    return [SequenceMatcher(None, c[-1]["content"].strip() if c else "", a).ratio() for c, a in zip(completions, answer)]
+    return [SequenceMatcher(None, c[-1]["content"].strip() if c else "", a).ratio()
+            for c, a in zip(completions, answer)]
 
 
 def last_number(text: str) -> str | None:

@@ -7,9 +7,9 @@ from github.com/PrimeIntellect-ai/verifiers; nothing of it is kept here). Each p
 `<name>/<name>.py` is copied to a temp dir, `verifiers` is swapped for `vfrl` in its imports, and in
 a subprocess of its own (offline: HF_HUB_OFFLINE=1) it is imported and `load_environment()` is
 called. With --unchanged nothing is swapped: the package is loaded as it is written, by
-`vfrl.load_environment(name)` (as vf-train loads it). A package that loads is then scored on fixed rollouts (below), whose expected rewards are
-what verifiers' code gives them; judge models are answered by a fake OpenAI client. Its datasets
-are built too, to tell which need the network.
+`vfrl.load_environment(name)` (as vf-train loads it). A package that loads is then scored on fixed rollouts
+(below), whose expected rewards are what verifiers' code gives them; judge models are answered by a fake OpenAI
+client. Its datasets are built too, to tell which need the network.
 
 --vfrl-src puts another vfrl source tree first (to measure an older commit); --deps adds a folder of
 extra packages after site-packages (e.g. `pip install --target DIR datasets`, which most packages
@@ -42,7 +42,8 @@ def msgs(*turns: tuple[str, str]) -> list[dict]:
 # package -> (load kwargs, [(row, completion, expected reward under verifiers, judge reply or None)])
 CASES = {
     "reverse_text": ({}, [
-        ({"prompt": msgs(("user", "hello")), "answer": "olleh"}, msgs(("assistant", "<reversed_text>olleh</reversed_text>")), 1.0, None),
+        ({"prompt": msgs(("user", "hello")), "answer": "olleh"},
+         msgs(("assistant", "<reversed_text>olleh</reversed_text>")), 1.0, None),
         ({"prompt": msgs(("user", "hello")), "answer": "olleh"}, msgs(("assistant", "no tags")), 0.0, None),
     ]),
     "gsm8k": ({}, [
@@ -55,8 +56,10 @@ CASES = {
          msgs(("assistant", "\\boxed{3}"), ("user", "Are you sure?"), ("assistant", "yes, \\boxed{3}")), 1.0, None),
     ]),
     "math_group": ({}, [
-        ({"prompt": msgs(("user", "1+6?")), "answer": "7", "task": "gsm8k"}, msgs(("assistant", "\\boxed{7}")), 1.0, None),
-        ({"prompt": msgs(("user", "1+6?")), "answer": "7", "task": "math"}, msgs(("assistant", "\\boxed{7}")), 1.2, None),
+        ({"prompt": msgs(("user", "1+6?")), "answer": "7", "task": "gsm8k"},
+         msgs(("assistant", "\\boxed{7}")), 1.0, None),
+        ({"prompt": msgs(("user", "1+6?")), "answer": "7", "task": "math"},
+         msgs(("assistant", "\\boxed{7}")), 1.2, None),
     ]),
     "mmmu": ({}, [
         ({"prompt": msgs(("user", "A or B?")), "answer": "A"}, msgs(("assistant", "\\boxed{A}")), 1.0, None),
@@ -151,9 +154,11 @@ for row, completion, expected, judge in cases:
     n_turns = sum(m["role"] == "assistant" for m in completion)
     state = {"prompt": row["prompt"], "completion": completion, "answer": row["answer"], "info": row["info"],
              "task": row["task"], "input": row, "turn": n_turns, "truncated": False,
-             "trajectory": [{"prompt": [], "completion": [m], "is_truncated": False} for m in completion if m["role"] == "assistant"]}
+             "trajectory": [{"prompt": [], "completion": [m], "is_truncated": False}
+                            for m in completion if m["role"] == "assistant"]}
     r = Rollout(example_id=0, prompt=row["prompt"], completion=completion, answer=row["answer"], prompt_ids=[],
-                completion_ids=[], completion_logprobs=[], completion_mask=[], policy="m", task=row["task"], info=row["info"])
+                completion_ids=[], completion_logprobs=[], completion_mask=[], policy="m", task=row["task"],
+                info=row["info"])
     try:
         r = asyncio.run(env.score(r, state))
         got, why = r.reward, "; ".join(f"{k}: {v}" for k, v in (r.reward_errors or {}).items())
@@ -180,7 +185,8 @@ def check(pkg: Path, work: Path, pythonpath: list[str], deps: list[str], timeout
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "PYTHONPATH": os.pathsep.join([str(work / name), *pythonpath]), "PORT_CHECK_DEPS": os.pathsep.join(deps)}
     try:
-        proc = subprocess.run([sys.executable, "-c", CHILD, name, json.dumps(kwargs), json.dumps(cases), str(int(unchanged))],
+        proc = subprocess.run([sys.executable, "-c", CHILD, name, json.dumps(kwargs), json.dumps(cases),
+                               str(int(unchanged))],
                               capture_output=True, text=True, timeout=timeout, env=env, cwd=work)
     except subprocess.TimeoutExpired:
         return {"load": "error", "error": f"timed out after {timeout:g}s", "error_type": "Timeout"}
@@ -226,7 +232,8 @@ def main() -> int:
                                           args.unchanged)
             r["verdict"] = verdict(r)
             detail = r.get("error") or "; ".join(
-                f"{s['got']} (verifiers {s['expected']}){' ' + s['why'] if s['why'] else ''}" for s in r.get("scores", []))
+                f"{s['got']} (verifiers {s['expected']}){' ' + s['why'] if s['why'] else ''}"
+                for s in r.get("scores", []))
             data = f" | data: {r['data']}" if "data" in r else ""
             print(f"{pkg.name:22} {r['verdict']:20} {detail[:160]}{data[:120]}")
     counts: dict[str, int] = {}

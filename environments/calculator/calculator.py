@@ -92,7 +92,8 @@ def call_text(expression: str) -> str:
 
 
 BARE_SYSTEM_PROMPT = f"You have a calculator tool. Call it like this: {call_text('2 * 3')} Then answer with the number."
-WORKED_EXAMPLE = [{"role": "user", "content": "What is 17 * 23?"}, {"role": "assistant", "content": call_text("17 * 23")},
+WORKED_EXAMPLE = [{"role": "user", "content": "What is 17 * 23?"},
+                  {"role": "assistant", "content": call_text("17 * 23")},
                   {"role": "tool", "content": "391"}, {"role": "assistant", "content": "391"}]
 
 

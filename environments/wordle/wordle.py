@@ -60,7 +60,8 @@ def best_guess(completion, answer) -> float:
 
 class WordleEnv(vfrl.MultiTurnEnv):
     def is_completed(self, messages, state) -> bool:
-        return bool(messages) and messages[-1]["role"] == "assistant" and guess_of(messages[-1]["content"]) == state["answer"]
+        return (bool(messages) and messages[-1]["role"] == "assistant"
+                and guess_of(messages[-1]["content"]) == state["answer"])
 
     def env_response(self, messages, state):
         guess = guess_of(messages[-1]["content"])
