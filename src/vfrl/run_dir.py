@@ -11,6 +11,7 @@
     checkpoints/                   step-N (trainer/checkpoint.py)
     curves.png  plots/             `vf-rl plot`
     wandb_run_id  wandb/           report_to = "wandb"
+    tensorboard/                   report_to = "tensorboard" (`tensorboard --logdir <run_dir>/tensorboard`)
 
 Users and tests rely on these exact names. Imports no torch: the launcher reads the same paths.
 """
@@ -107,6 +108,10 @@ class RunDir:
     @property
     def wandb_run_id(self) -> Path:
         return self.path / "wandb_run_id"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.path / "tensorboard"
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

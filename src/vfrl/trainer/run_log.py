@@ -1,4 +1,4 @@
-"""What a run writes as it goes: metrics.jsonl, rollouts/step_N.jsonl and eval_N.jsonl, the console, wandb.
+"""What a run writes as it goes: metrics.jsonl, rollouts/step_N.jsonl and eval_N.jsonl, the console, wandb or TensorBoard.
 
 One line per step (step_record) and per eval, the step's rollouts beside it, and the mismatch watch's
 alert (mismatch.py) in all three places. Rank 0 only.
@@ -19,15 +19,22 @@ from vfrl.trainer.wandb_sink import NoWandb, WandbSink
 
 
 class RunLog:
-    def __init__(self, paths: RunDir, args: TrainerArgs, console: TrainerConsole, wandb_config: dict | None):
-        """`wandb_config`: the run's config for wandb (report_to = "wandb" on rank 0), None for no wandb."""
+    def __init__(self, paths: RunDir, args: TrainerArgs, console: TrainerConsole, config: dict | None):
+        """`config`: the run's config, for the tracker `report_to` names (rank 0); None for none (other ranks)."""
         self.paths, self.args, self.console = paths, args, console
         self.mismatch = MismatchWatch(args.mismatch_kl_warn, args.mismatch_kl_jump)
-        # wandb is imported only here: report_to = "none" needs neither the package nor an account
-        self.wandb = (WandbSink(paths.path, args.run_name, wandb_config) if wandb_config is not None else NoWandb())
+        # a tracker's package is imported only here: report_to = "none" needs neither it nor an account
+        if config is None or args.report_to == "none":
+            self.tracker = NoWandb()
+        elif args.report_to == "tensorboard":
+            from vfrl.trainer.tensorboard_sink import TensorboardSink
+
+            self.tracker = TensorboardSink(paths.tensorboard)
+        else:
+            self.tracker = WandbSink(paths.path, args.run_name, config)
 
     def step(self, step: int, record: dict, batch: Batch) -> None:
-        """Training step `step`'s line (step_record), its rollouts, and what the console and wandb show of it."""
+        """Training step `step`'s line (step_record), its rollouts, and what the console and the tracker show of it."""
         a = self.args
         # the same-policy figure where the trainer measured it: mismatch_kl also holds one step of policy change
         alert = self.mismatch.check(record.get("sampler_mismatch_kl", record.get("mismatch_kl", 0.0)))
@@ -42,17 +49,17 @@ class RunLog:
         show = a.log_completions and step % a.logging_steps == 0
         if show:
             self.console.completions(step, batch.rollouts, a.num_completions_to_print)
-        self.wandb.log(record)
+        self.tracker.log(record)
         if show:
-            self.wandb.completions(step, batch.rollouts)
+            self.tracker.completions(step, batch.rollouts)
         if alert:
-            self.wandb.alert(f"mismatch_kl at step {step}", alert)
+            self.tracker.alert(f"mismatch_kl at step {step}", alert)
 
     def eval(self, version: int, stats: dict, rollouts: list) -> None:
         record = {"step": version, "max_steps": self.args.max_steps, **stats}
         append_jsonl(self.paths.metrics, record)
         write_rollouts(self.paths.eval_rollouts(version), rollouts)
-        self.wandb.log(record)
+        self.tracker.log(record)
         self.console.eval(version, stats)
 
 

@@ -70,8 +70,8 @@ class RLTrainer:
         # another node (a base URL other than its own server's: a Slurm job's inference node)
         own = not config.inference.base_url and base_url == config.inference.url
         self.inference_pid_file = paths.inference_pid if own else None
-        wandb = self.args.report_to == "wandb" and self.ranks.is_main
-        self.run_log = RunLog(paths, self.args, self.console, config.model_dump(mode="json") if wandb else None)
+        self.run_log = RunLog(paths, self.args, self.console,
+                              config.model_dump(mode="json") if self.ranks.is_main else None)
         self.pipeline: Pipeline | None = None  # rank 0's, made when the loop starts
 
     # ---- checkpoints (checkpoint.py) ----
@@ -244,7 +244,7 @@ class RLTrainer:
             self.run_log.eval(evaluation[0], *await evaluation[1])
         if a.save_strategy == "steps" and a.max_steps > self.start_step:
             await torch_thread.run(self.save, a.max_steps, None)
-        self.run_log.wandb.finish()
+        self.run_log.tracker.finish()
 
     def _follow(self) -> None:
         """Ranks > 0: rank 0's loop without vLLM and without writing: receive the batch, train, wait for the sync.
