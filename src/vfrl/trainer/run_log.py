@@ -1,4 +1,5 @@
-"""What a run writes as it goes: metrics.jsonl, rollouts/step_N.jsonl and eval_N.jsonl, the console, wandb or TensorBoard.
+"""What a run writes as it goes: metrics.jsonl, rollouts/step_N.jsonl and eval_N.jsonl, the console, wandb or
+TensorBoard.
 
 One line per step (step_record) and per eval, the step's rollouts beside it, and the mismatch watch's
 alert (mismatch.py) in all three places. Rank 0 only.
