@@ -659,9 +659,9 @@ def check_vllm_full_sync(ctx: Context) -> dict:
 
 def check_vf_rl_shared_run(ctx: Context) -> dict:
     """The real launcher, tmux and both panes on one GPU (inference.share_gpus = "always"), a few quick-start steps."""
-    if not (Path(sys.executable).parent / "vf-vllm").exists():
-        raise Skip("vfrl is not installed in this Python (pip install --no-deps -e .): vf-rl's panes run its "
-                   "console scripts")
+    if not (Path(sys.executable).parent / "vf-vllm").exists() and not shutil.which("vf-vllm"):
+        raise Skip("vfrl is not installed in this Python (pip install --no-deps -e .) nor on PATH (pip install "
+                   "--target DIR puts them in DIR/bin): vf-rl's panes run its console scripts")
     tiny = ctx.workdir / "tiny-reverse"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "environments" / "reverse_text"),
                                                         os.environ.get("PYTHONPATH", "")])}
