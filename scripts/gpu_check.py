@@ -415,7 +415,7 @@ def train_steps(ctx: Context, trainer, steps: int) -> dict:
     tokens = a.batch_size * a.max_seq_len
     step_s = sorted(times)[len(times) // 2]
     flops = model_flops(ctx, tokens, a.batch_size * a.max_tokens, a.max_seq_len, full=not a.use_lora)
-    estimate = trainer_need(model_shape(ctx.model_dir / "config.json"), trainer.cfg)
+    estimate = trainer_need(model_shape(ctx.model_dir / "config.json"), trainer.config)
     out = {
         "shape": f"{a.batch_size} rollouts of {a.max_seq_len} tokens ({a.max_tokens} completion), micro-batches of "
                  f"{a.micro_batch_size}, {'bf16' if a.bf16 else 'fp32'}, {'LoRA r' + str(a.lora_rank) if a.use_lora else 'full'}",
@@ -445,7 +445,7 @@ def train_steps(ctx: Context, trainer, steps: int) -> dict:
 
 def check_train(ctx: Context, use_lora: bool, **overrides) -> dict:
     name = ("run-lora" if use_lora else "run-full") + ("-liger" if overrides.get("use_liger_kernel") else "")
-    trainer = make_trainer(ctx, ctx.workdir / name, use_lora, **overrides)
+    trainer = make_trainer(ctx, ctx.workdir / name, use_lora, **overrides).learner
     out = train_steps(ctx, trainer, ctx.sizes["steps"])
     out["accelerate"] = {"distributed_type": str(trainer.accelerator.distributed_type),
                          "processes": trainer.accelerator.num_processes, "mixed_precision": trainer.accelerator.mixed_precision}
@@ -479,7 +479,7 @@ def check_shared_plan(ctx: Context) -> dict:
         torch.cuda.set_per_process_memory_fraction(budget / torch.cuda.get_device_properties(0).total_memory)
     args = plan.config.trainer.args
     trainer = make_trainer(ctx, ctx.workdir / "run-shared", args.use_lora, lora_rank=args.lora_rank,
-                           lora_alpha=args.lora_alpha, gradient_checkpointing=args.gradient_checkpointing)
+                           lora_alpha=args.lora_alpha, gradient_checkpointing=args.gradient_checkpointing).learner
     out["trainer_steps"] = train_steps(ctx, trainer, 1)
     return out
 
@@ -512,7 +512,7 @@ class VfVllm:
         self.ctx = ctx
 
     def __enter__(self) -> "VfVllm":
-        from vfrl.trainer.trainer import wait_for_server
+        from vfrl.trainer.inference_watch import wait_for_server
 
         env = {**os.environ, "VFRL_API_KEY": API_KEY,
                "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
@@ -728,16 +728,16 @@ def check_resume(ctx: Context, use_lora: bool) -> dict:
     shutil.rmtree(run, ignore_errors=True)
     extra = {"lora_dropout": 0.1} if use_lora else {}
     first = make_trainer(ctx, run, use_lora, **extra)
-    first.train_step(fake_batch(first, seed=1))
-    second = fake_batch(first, seed=2)  # before the checkpoint: its logprobs' forward may draw from the RNG too
+    first.learner.train_step(fake_batch(first.learner, seed=1))
+    second = fake_batch(first.learner, seed=2)  # before the checkpoint: its logprobs' forward may draw from the RNG too
     t0 = time.perf_counter()
-    first.save(1, None)
+    first.save(1, [])
     save_s = time.perf_counter() - t0
-    path = latest_checkpoint(first.checkpoints_dir)
+    path = latest_checkpoint(first.paths.checkpoints)
     saved_rng = rng_states()
-    before = trainable_copy(first)
-    stats = first.train_step(second)
-    continued = trainable_copy(first)
+    before = trainable_copy(first.learner)
+    stats = first.learner.train_step(second)
+    continued = trainable_copy(first.learner)
     del first
     gc.collect()
     if ctx.device == "cuda":
@@ -765,8 +765,8 @@ def check_resume(ctx: Context, use_lora: bool) -> dict:
             torch.manual_seed(seed)
             if ctx.device == "cuda":
                 torch.cuda.manual_seed_all(seed)
-        loss = again.train_step(second)["loss"]
-        return trainable_copy(again), took, restored, loss
+        loss = again.learner.train_step(second)["loss"]
+        return trainable_copy(again.learner), took, restored, loss
 
     resumed, resume_s, restored, resumed_loss = resumed_step()
     twice, *_ = resumed_step()

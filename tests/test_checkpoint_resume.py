@@ -9,6 +9,7 @@ session's vf-vllm). Steps 3-4 must
 see the same examples and prompts as the uninterrupted run, and the losses must be equal.
 """
 
+import dataclasses
 import json
 import os
 import signal
@@ -68,14 +69,16 @@ def pending_batch():
 def test_checkpoint_restores_training_exactly(tmp_path, tiny_model):
     model, opt, sched = lora_setup(tiny_model)
     sgd_step(model, opt, sched)
-    path = save_checkpoint(tmp_path / "checkpoints", model, opt, sched, state(1), pending_batch())
+    later = dataclasses.replace(pending_batch(), step=3, policy_version=0)  # num_batches_ahead = 2: one more
+    path = save_checkpoint(tmp_path / "checkpoints", model, opt, sched, state(1), [pending_batch(), later])
     expected_loss = sgd_step(model, opt, sched)
     expected = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 
     model2, opt2, sched2 = lora_setup(tiny_model, seed=123)  # different init and RNG state
-    st, pending = load_checkpoint(path, model2, opt2, sched2)
+    st, (pending, pending_later) = load_checkpoint(path, model2, opt2, sched2)
     assert st == state(1)
     assert pending.example_ids == [7] and pending.rollouts[0] == pending_batch().rollouts[0]  # floats exact
+    assert (pending_later.step, pending_later.policy_version) == (3, 0)  # in order
     assert sgd_step(model2, opt2, sched2) == expected_loss
     for n, p in model2.named_parameters():
         if p.requires_grad:
@@ -353,3 +356,48 @@ def test_resumed_losses_equal_the_uninterrupted_run(runs):
         assert a[step - 1]["loss"] == b[step - 1]["loss"], (step, a[step - 1]["loss"], b[step - 1]["loss"])
         assert a[step - 1]["reward_mean"] == b[step - 1]["reward_mean"]
         assert a[step - 1]["policy_version"] == b[step - 1]["policy_version"] == step - 2
+
+
+@pytest.fixture(scope="module")
+def ahead_runs(tmp_path_factory, tiny_model, shared_vllm_server):
+    """num_batches_ahead = 2, for real: a run of 5 steps with a checkpoint after step 2, then `--resume` from that
+    checkpoint in the same run dir. (metrics and rollout files of the whole run, kept before the resume; the
+    resumed run dir; the two vf-rl outputs.)"""
+    import shutil
+
+    tmp = tmp_path_factory.mktemp("ahead")
+    sock = f"vfrl-ahead-{tmp.name}"
+    cfg = against_server(write_config(tmp / "ahead.toml", tiny_model, port=0, output_dir=tmp / "outputs",
+                                      run_name="ahead", num_batches_ahead=2,
+                                      **{**{k: v for k, v in RUN_ARGS.items() if k != "keep_last"}, "max_steps": 5}),
+                         shared_vllm_server.base_url)
+    run_dir = tmp / "outputs" / "ahead"
+    outputs = []
+    try:
+        for extra in ((), ("--resume", str(run_dir / "checkpoints" / "step-2"))):
+            p = vf_rl(cfg, sock, *extra, cwd=tmp)
+            outputs.append(p.communicate(timeout=600))
+            assert p.returncode == 0, outputs[-1][0][-3000:]
+            if not extra:
+                shutil.copytree(run_dir, tmp / "whole")  # what the uninterrupted run wrote
+        yield tmp / "whole", run_dir, outputs
+    finally:
+        subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True)
+
+
+@pytestmark_e2e
+def test_two_batches_ahead_train_two_policies_back_and_resume_exactly(ahead_runs):
+    """Batches sampled two policies before the one they train (never three); vLLM holds the three adapters the
+    batches in flight and the newest push need; the checkpoint keeps the two batches older policies sampled,
+    and the resumed run trains on them and samples the rest again, with the uninterrupted run's losses."""
+    whole, resumed, _ = ahead_runs
+    a = [m for m in read_metrics(whole) if "loss" in m]
+    assert [m["step"] - 1 - m["policy_version"] for m in a] == [0, 1, 2, 2, 2]
+    kept = sorted(p.name for p in (whole / "checkpoints" / "step-2").glob("pending_batch*.json"))
+    assert kept == ["pending_batch.1.json", "pending_batch.json"]  # batches 3 and 4, sampled by policies 0 and 1
+    b = [m for m in read_metrics(resumed) if "loss" in m]
+    assert [m["step"] for m in b] == [1, 2, 3, 4, 5] and b[2].get("resumed_from") == 2
+    for step in (3, 4, 5):
+        assert [r["completion"] for r in rollouts(whole, step)] == [r["completion"] for r in rollouts(resumed, step)]
+        assert a[step - 1]["loss"] == b[step - 1]["loss"], step
+        assert a[step - 1]["policy_version"] == b[step - 1]["policy_version"] == step - 3

@@ -204,7 +204,7 @@ def worker(out: Path, model: Path, mode: str) -> None:
         return
     # checkpoint with 2 processes: the ranks' RNG streams differ, each must get its own back
     torch.rand(1 + ranks.rank)
-    run.save(1, None)
+    run.save(1, [])
     draws_after_save = torch.rand(4).tolist()
     weights, lr = trainable(trainer), trainer.scheduler.get_last_lr()
     resumed = make_trainer(model, run_dir, resume_from=str(run_dir / "checkpoints" / "step-1"), **args)

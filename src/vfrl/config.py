@@ -227,6 +227,11 @@ class TrainerArgs(Strict):
         "serves no LoRA (its CPU build applies LoRA with unfused torch ops, so merged generation is much faster "
         "there, docs/benchmarks.md).")
     # async generation
+    num_batches_ahead: int = Field(
+        1, ge=0, description="Batches generated ahead of the one training: each is sampled from the newest policy "
+        "vLLM serves when it starts, so at most this many policies stale. 1: one-step off-policy; 0: synchronous "
+        "(generate, then train); more keeps vLLM busier when generation is the longer half, further off-policy "
+        "(see vllm_importance_sampling_correction).")
     max_concurrent: int = Field(
         1024, ge=1, description="Rollouts in flight at most, training and eval together (verifiers' default). At "
         "1024 a whole batch goes out at once and vLLM schedules it; a cap below the batch sends it in waves, each "

@@ -99,9 +99,11 @@ class RequireApiKey:
 AUTH_MIDDLEWARE = f"{__name__}.{RequireApiKey.__name__}"
 
 
-def server_argv(model: str, host: str, port: int, max_lora_rank: int | None, extra: dict[str, Any]) -> list[str]:
+def server_argv(model: str, host: str, port: int, max_lora_rank: int | None, extra: dict[str, Any],
+                max_loras: int = 2) -> list[str]:
     """`max_lora_rank=None` serves full weights (use_lora = false, or lora_sync = "merged"): reloaded in place by
-    the worker extension."""
+    the worker extension. `max_loras`: adapters served at once, the policies sampled from and the one just loaded
+    (num_batches_ahead + 1)."""
     args: dict[str, Any] = {
         "model": model,
         "served_model_name": model,
@@ -113,8 +115,7 @@ def server_argv(model: str, host: str, port: int, max_lora_rank: int | None, ext
     if max_lora_rank is None:
         args["worker_extension_cls"] = WORKER_EXTENSION
     else:
-        args.update(enable_lora=True, max_lora_rank=max_lora_rank,
-                    max_loras=2)  # the adapter being sampled from and the one just loaded
+        args.update(enable_lora=True, max_lora_rank=max_lora_rank, max_loras=max_loras)
     if _cpu_build() and not {"enable_chunked_prefill", "no_enable_chunked_prefill"} & set(extra):
         # The trainer seeds every request (replayable rollouts). On the CPU build a chunked prefill makes
         # vLLM rewind a seeded request's torch.Generator, which CPU generators cannot do ("CPU Generator
@@ -242,7 +243,13 @@ def config_argv(cfg, port: int | None = None) -> list[str]:
     if "enable_scale_out" not in extra and scale_out_enabled(cfg.inference.enable_scale_out, cfg.env.id):
         extra["enable_scale_out"] = True  # verifiers 0.4's /inference/v1/generate (inference/scale_out.py)
     return server_argv(cfg.model, cfg.inference.host, port or cfg.inference.port,
-                       lora_rank_ceiling(cfg.args.lora_rank) if cfg.serves_adapters else None, extra)
+                       lora_rank_ceiling(cfg.args.lora_rank) if cfg.serves_adapters else None, extra,
+                       max_loras=adapters_served(cfg.args.num_batches_ahead))
+
+
+def adapters_served(num_batches_ahead: int) -> int:
+    """Adapters vLLM holds at once: one per policy a batch in flight samples from, and the one just loaded."""
+    return max(2, num_batches_ahead + 1)
 
 
 def main() -> None:

@@ -7,7 +7,8 @@ A checkpoint holds everything needed to continue exactly where step N ended:
                          several trainer processes also each rank's RNG states (rank 0 writes for all)
     trainer_state.json   step (= next batch index = policy version), seed, batch shape (readable)
     pending_batch.json   the batch for step N+1 when it was already generated (by policy N-1, as in
-                         the uninterrupted run), so a resumed run trains on the very same rollouts
+                         the uninterrupted run), so a resumed run trains on the very same rollouts;
+    pending_batch.K.json with num_batches_ahead > 1, the batches after it that older policies sampled
     COMPLETE             written last; a directory without it is not a checkpoint
 
 Everything is written into `.step-N.tmp`, fsynced, and renamed to `step-N`: a crash mid-save
@@ -132,7 +133,7 @@ def batch_from_json(data: dict[str, Any]) -> Batch:
 
 
 def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, state: TrainingState,
-                    pending: Batch | None = None, keep_last: int | None = None,
+                    pending: list[Batch] = (), keep_last: int | None = None,
                     rng_per_rank: list[dict[str, Any]] | None = None) -> Path:
     """Write checkpoint `step-{state.step}` atomically; then apply `keep_last`. Returns its path.
     `rng_per_rank`: every trainer process's rng_states(), in rank order (several processes)."""
@@ -148,8 +149,9 @@ def save_checkpoint(checkpoints_dir: Path, model, optimizer, scheduler, state: T
             saved["rng_per_rank"] = rng_per_rank
         torch.save(saved, tmp / "trainer_state.pt")
         (tmp / "trainer_state.json").write_text(json.dumps(dataclasses.asdict(state), indent=1))
-        if pending is not None:
-            (tmp / "pending_batch.json").write_text(json.dumps(batch_to_json(pending), default=json_default))
+        for k, batch in enumerate(pending):
+            name = "pending_batch.json" if k == 0 else f"pending_batch.{k}.json"
+            (tmp / name).write_text(json.dumps(batch_to_json(batch), default=json_default))
         _fsync_tree(tmp)  # every file is on disk before the marker says so
         marker = tmp / MARKER
         marker.write_text(f"step {state.step}\n")
@@ -189,8 +191,8 @@ def load_model_weights(model, model_dir: Path) -> None:
         raise RuntimeError(f"{model_dir}: missing {missing[:5]}, unexpected {result.unexpected_keys[:5]}")
 
 
-def load_checkpoint(path: Path, model, optimizer, scheduler, rank: int = 0) -> tuple[TrainingState, Batch | None]:
-    """Restore model weights, optimizer, scheduler and RNG states in place; return the state and pending batch.
+def load_checkpoint(path: Path, model, optimizer, scheduler, rank: int = 0) -> tuple[TrainingState, list[Batch]]:
+    """Restore model weights, optimizer, scheduler and RNG states in place; return the state and pending batches.
     `rank`: the trainer process restoring; it gets its own RNG states when the checkpoint has them (else rank 0's)."""
     import torch
 
@@ -203,6 +205,7 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, rank: int = 0) -> t
     per_rank = saved.get("rng_per_rank") or [saved["rng"]]
     set_rng_states(per_rank[rank] if rank < len(per_rank) else saved["rng"])
     state = TrainingState.from_json((path / "trainer_state.json").read_text())
-    pending_file = path / "pending_batch.json"
-    pending = batch_from_json(json.loads(pending_file.read_text())) if pending_file.exists() else None
-    return state, pending
+    files = [path / "pending_batch.json"] if (path / "pending_batch.json").exists() else []
+    while (more := path / f"pending_batch.{len(files)}.json").exists():
+        files.append(more)
+    return state, [batch_from_json(json.loads(f.read_text())) for f in files]

@@ -57,7 +57,7 @@ class Learner:
         return self.accelerator.unwrap_model(self.model)
 
     # ---- checkpoints (checkpoint.py) ----
-    def save(self, checkpoints_dir: Path, state: TrainingState, pending: Batch | None = None,
+    def save(self, checkpoints_dir: Path, state: TrainingState, pending: list[Batch] = (),
              keep_last: int | None = None) -> Path | None:
         """Checkpoint `state.step` optimizer steps. Called on every rank: rank 0 collects the ranks' RNG states and
         writes; the weights and optimizer state are the same on every rank (DDP), so rank 0's copy is everyone's."""
@@ -67,7 +67,7 @@ class Learner:
         return save_checkpoint(checkpoints_dir, self.policy, self.optimizer, self.scheduler, state, pending,
                                keep_last, rng_per_rank=rngs)
 
-    def load(self, path: Path) -> tuple[TrainingState, Batch | None]:
+    def load(self, path: Path) -> tuple[TrainingState, list[Batch]]:
         """Every rank restores the same weights and optimizer state, and its own RNG state."""
         state, pending = load_checkpoint(path, self.policy, self.optimizer, self.scheduler, rank=self.ranks.rank)
         self.steps_done = state.step

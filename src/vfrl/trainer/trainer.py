@@ -1,9 +1,10 @@
 """vf-train's loop: asynchronous, one-step off-policy GRPO-style training against a vLLM server.
 
-    step n: await batch n (sampled by policy n-1 or n)     -- generated while step n-1 trained
-            start generating batch n+1 with policy n
+    step n: await batch n (sampled by policy n-k or later)  -- generated while earlier steps trained
+            start generating batch n+k with policy n        -- k = num_batches_ahead (1: one-step off-policy)
             train on batch n in the torch thread            -- the event loop keeps generating
             push policy n+1 to vLLM, sample from it from now on
+    (k = 0: generate batch n with policy n, then train on it.)
 
 The parts it joins, each in its own file:
     learner.py          Learner: model, optimizer, schedule, reference; train_step on one batch
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from pathlib import Path
 
 from vfrl.config import RLConfig
@@ -62,9 +64,9 @@ class RLTrainer:
         self.sync = weight_sync_for(config, paths, base_url, api_key)
         self.console = TrainerConsole()
         self.log_file = paths.log("trainer")
-        self.start_step, self.pending_batch = 0, None
+        self.start_step, self.pending_batches = 0, []
         if self.args.resume_from:
-            self.start_step, self.pending_batch = self.resume(Path(self.args.resume_from))
+            self.start_step, self.pending_batches = self.resume(Path(self.args.resume_from))
         self.unlogged: tuple[int, Batch, dict, dict] | None = None  # the last step trained, until its line is written
         # the server process to watch beside /health: vf-vllm's, none for a server vf-rl did not start or one on
         # another node (a base URL other than its own server's: a Slurm job's inference node)
@@ -76,10 +78,14 @@ class RLTrainer:
 
     # ---- checkpoints (checkpoint.py) ----
     def resume(self, path: Path) -> tuple[int, Batch | None]:
-        """Load checkpoint `path` into the learner; returns (step, pending batch)."""
+        """Load checkpoint `path` into the learner; returns (step, the pending batches this run may train on)."""
         state, pending = self.learner.load(path)
-        if not self.ranks.is_main:  # the data position and pending batch matter on rank 0, which generates
-            return state.step, None
+        if not self.ranks.is_main:  # the data position and pending batches matter on rank 0, which generates
+            return state.step, []
+        # a checkpoint of a run further off-policy: what this one's num_batches_ahead allows, the rest regenerated
+        k = self.args.num_batches_ahead
+        within = [state.step + i - b.policy_version <= k for i, b in enumerate(pending)]
+        pending = pending[:within.index(False)] if False in within else pending
         changed = [f"{k} {old} -> {new}" for k, old, new in (
             ("seed", state.seed, self.training_state(0).seed),
             ("examples per step", state.examples_per_step, self.training_state(0).examples_per_step),
@@ -90,7 +96,7 @@ class RLTrainer:
                               "the data order will not continue the original run's")
         moved = set_aside_after(self.paths.metrics, state.step)
         self.console.info(f"resumed from {path} (step {state.step}"
-                          f"{', with its pending batch' if pending else ''}; {moved} later metrics lines "
+                          f"{f', with {len(pending)} pending batch(es)' if pending else ''}; {moved} later metrics lines "
                           f"moved to metrics.discarded.jsonl)")
         return state.step, pending
 
@@ -104,9 +110,9 @@ class RLTrainer:
         c = self.args.checkpointing
         return c.save_strategy == "steps" and step % c.save_steps == 0 and step > self.start_step
 
-    def save(self, step: int, pending: Batch | None) -> float:
-        """Checkpoint after `step` optimizer steps (with the batch already generated for the next), on every
-        rank (Learner.save). Returns the seconds it took."""
+    def save(self, step: int, pending: list[Batch]) -> float:
+        """Checkpoint after `step` optimizer steps (with the batches already sampled for the steps after it by
+        older policies), on every rank (Learner.save). Returns the seconds it took."""
         t0 = time.perf_counter()
         path = self.learner.save(self.paths.checkpoints, self.training_state(step), pending, self.args.keep_last)
         if path is not None:
@@ -206,31 +212,40 @@ class RLTrainer:
                     await close()
 
     async def _train(self, pipe: Pipeline) -> None:
-        a, learner, torch_thread = self.args, self.learner, pipe.torch_thread
+        a, learner, torch_thread, k = self.args, self.learner, pipe.torch_thread, self.args.num_batches_ahead
         version = self.start_step  # policy version == optimizer steps done; 0 is the base model
         await pipe.push(learner.policy, version)  # resumed: the checkpoint's
-        next_batch = pipe.generate(version, version) if self.pending_batch is None else as_done(self.pending_batch)
+        # the batches of the steps to come, sampled or being sampled, in step order: k of them ahead of training
+        ahead = deque(as_done(b) for b in self.pending_batches)  # resumed: what older policies sampled
+        for later in range(self.start_step + len(ahead), min(self.start_step + k, a.max_steps)):
+            ahead.append(pipe.generate(later, version))
         # eval of policy v runs in the background while step v+1 trains; it ends before policy v+1 is pushed
         evaluation = pipe.start_eval(0) if self.start_step == 0 and is_eval_step(a.evaluation, 0) else None
         for step in range(self.start_step, a.max_steps):
+            if not ahead:  # num_batches_ahead = 0: this step's batch, from the policy just pushed
+                ahead.append(pipe.generate(step, version))
             t_step = time.time()
-            batch = await next_batch
+            batch = await ahead.popleft()
             wait_s = time.time() - t_step
-            if batch.policy_version < step - 1:  # the one-step off-policy contract
-                raise RuntimeError(f"batch {step} came from policy {batch.policy_version}: more than one step stale")
-            if step + 1 < a.max_steps:
-                next_batch = await pipe.generate_ahead(step + 1, version, waited=wait_s)
+            if step - batch.policy_version > k:  # the bounded-staleness contract
+                raise RuntimeError(f"batch {step} came from policy {batch.policy_version}: more than "
+                                   f"num_batches_ahead = {k} policies stale")
+            older = list(ahead)  # sampled by policies before this step's: a checkpoint keeps them
+            if k and step + k < a.max_steps:
+                ahead.append(await pipe.generate_ahead(step + k, version, waited=wait_s))
             if self.ranks.active:  # the other ranks wait in _follow for this batch
                 await torch_thread.run(self.ranks.share, batch)
-            save_s = await torch_thread.run(self.save, step, batch) if self.save_due(step) else 0.0
+            save_s = 0.0
+            if self.save_due(step):
+                save_s = await torch_thread.run(self.save, step, [batch, *[await f for f in older]])
             await torch_thread.run(self.train_and_hold, step, batch, {"wait_s": wait_s, "save_s": save_s})
             _, _, stats, times = self.unlogged
             version = step + 1
             if evaluation is not None:
                 self.run_log.eval(evaluation[0], *await evaluation[1])
                 evaluation = None
-            # full weights: batch step+1 ends on the policy it started on, so vLLM loads the new one after it
-            drain = next_batch if self.sync.drain_before_push and step + 1 < a.max_steps else None
+            # full weights: the batches in flight end on the policy they started on; vLLM loads the new one after
+            drain = asyncio.gather(*ahead, return_exceptions=True) if self.sync.drain_before_push and ahead else None
             _, sync_s = await pipe.push(learner.policy, version, after=drain)
             if self.ranks.active:  # no rank starts step+1 before policy step+1 is written
                 await torch_thread.run(self.ranks.barrier)
@@ -243,7 +258,7 @@ class RLTrainer:
         if evaluation is not None:
             self.run_log.eval(evaluation[0], *await evaluation[1])
         if a.save_strategy == "steps" and a.max_steps > self.start_step:
-            await torch_thread.run(self.save, a.max_steps, None)
+            await torch_thread.run(self.save, a.max_steps, [])
         self.run_log.tracker.finish()
 
     def _follow(self) -> None:
@@ -253,11 +268,11 @@ class RLTrainer:
         for step in range(self.start_step, a.max_steps):
             batch = self.ranks.share(None)
             if self.save_due(step):
-                self.save(step, None)
+                self.save(step, [])
             self.learner.train_step(batch)
             self.ranks.barrier()  # rank 0 pushes policy step+1 into vLLM meanwhile
         if a.save_strategy == "steps" and a.max_steps > self.start_step:
-            self.save(a.max_steps, None)
+            self.save(a.max_steps, [])
 
     def train_and_hold(self, step: int, batch: Batch, times: dict) -> None:
         """Learner.train_step, then hold the step's stats in `unlogged` until its metrics line is written: after

@@ -247,8 +247,10 @@ def weight_sync_for(config: RLConfig, paths: RunDir, base_url: str, api_key: str
     """The run's sync: adapters under <run_dir>/adapters (use_lora), else full weights under <run_dir>/weights
     (use_lora = false, or LoRA merged into them: lora_sync = "merged")."""
     if config.serves_adapters:
+        from vfrl.inference.server import adapters_served
+
         paths.adapters.mkdir(parents=True, exist_ok=True)
-        return AdapterSync(base_url, api_key, paths.adapters)
+        return AdapterSync(base_url, api_key, paths.adapters, keep=adapters_served(config.args.num_batches_ahead))
     paths.weights.mkdir(parents=True, exist_ok=True)
     if config.args.use_lora:
         paths.adapters.mkdir(parents=True, exist_ok=True)

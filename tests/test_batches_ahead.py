@@ -1,0 +1,132 @@
+"""num_batches_ahead = k: RLTrainer._train keeps k batches in flight, each sampled by the newest policy served when
+it starts, so a batch trains at most k policies after the one that sampled it (never k + 1), k = 0 generates then
+trains, and a checkpoint keeps the batches older policies sampled so a resumed run trains on the very same ones.
+
+The loop runs for real here (RLTrainer._train, its Pipeline interface, the torch thread); the learner, vLLM and
+the environment are stand-ins: a pipeline whose batches take random times, so pushes land while batches are in
+flight. The real stack with k = 2 is test_checkpoint_resume.py's.
+"""
+
+import asyncio
+import random
+from types import SimpleNamespace
+
+import pytest
+
+from vfrl.config import TrainerArgs
+from vfrl.trainer.orchestrator import Batch
+from vfrl.trainer.torch_thread import TorchThread
+from vfrl.trainer.trainer import RLTrainer
+
+
+class FakePipeline:
+    """Pipeline's interface: a push is served after a random delay; a batch samples from the newest policy served
+    when its generation starts (as the orchestrator's requests name the newest adapter), in a random time."""
+
+    def __init__(self, torch_thread, seed: int):
+        self.torch_thread, self.rng = torch_thread, random.Random(seed)
+        self.loading, self.served, self.pushed, self.started = None, None, [], []
+
+    async def push(self, model, version, after=None):
+        self.pushed.append(version)
+
+        async def load():
+            if after is not None:
+                await asyncio.wait([after])
+            await asyncio.sleep(self.rng.random() * 0.01)
+            self.served = version
+            return f"policy-{version}", 0.0
+
+        self.loading = asyncio.ensure_future(load())
+        return self.loading, 0.0
+
+    def generate(self, step, version):
+        loading = self.loading
+
+        async def sample():
+            await loading  # vLLM serves policy `version` (or a newer one loads meanwhile: still `version` is asked)
+            self.started.append((step, version))
+            await asyncio.sleep(self.rng.random() * 0.02)
+            return Batch(step=step, policy_version=version, rollouts=[], example_ids=[step])
+
+        return asyncio.create_task(sample())
+
+    async def generate_ahead(self, step, version, waited):
+        return self.generate(step, version)
+
+    def start_eval(self, version):
+        raise AssertionError("eval is off")
+
+
+def loop(k: int, max_steps: int, seed: int = 0, save_steps: int | None = None, pending=()):
+    """Run RLTrainer._train with stand-ins; returns (trainer, pipeline, trained batches, checkpoints saved)."""
+    args = TrainerArgs(num_batches_ahead=k, max_steps=max_steps, batch_size=4, rollouts_per_example=2,
+                       **({"save_strategy": "steps", "save_steps": save_steps} if save_steps else {}))
+    trainer = RLTrainer.__new__(RLTrainer)
+    trained, saved = [], []
+    learner = SimpleNamespace(policy=object(), train_step=lambda b: trained.append(b) or {"loss": 0.0})
+    trainer.cfg, trainer.args, trainer.learner = SimpleNamespace(args=args), args, learner
+    trainer.ranks = SimpleNamespace(active=False)
+    trainer.start_step = pending[0].step if pending else 0
+    trainer.pending_batches, trainer.unlogged = list(pending), None
+    trainer.sync = SimpleNamespace(drain_before_push=False, name_of=lambda v: f"policy-{v}")
+    trainer.run_log = SimpleNamespace(step=lambda *a: None, tracker=SimpleNamespace(finish=lambda: None))
+    trainer.save = lambda step, batches: saved.append((step, [(b.step, b.policy_version) for b in batches])) or 0.0
+    torch_thread = TorchThread()
+    pipe = FakePipeline(torch_thread, seed)
+    try:
+        asyncio.run(trainer._train(pipe))
+    finally:
+        torch_thread.join()
+    return trainer, pipe, trained, saved
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, 4])
+@pytest.mark.parametrize("seed", range(3))
+def test_a_batch_trains_at_most_k_policies_after_the_one_that_sampled_it(k, seed):
+    _, pipe, trained, _ = loop(k, max_steps=12, seed=seed)
+    assert [b.step for b in trained] == list(range(12))
+    staleness = [b.step - b.policy_version for b in trained]
+    assert max(staleness) == k and min(staleness) >= 0  # bounded at k, and k is used once the loop is warm
+    assert staleness[k:] == [k] * (12 - k)  # every batch after the first k: sampled k policies back
+    assert pipe.pushed == list(range(13))  # policy 0, then one per step
+
+
+def test_k_0_generates_each_batch_only_once_its_policy_is_pushed():
+    _, pipe, trained, _ = loop(0, max_steps=5)
+    assert [(b.step, b.policy_version) for b in trained] == [(s, s) for s in range(5)]
+    assert pipe.started == [(s, s) for s in range(5)]
+
+
+def test_a_checkpoint_keeps_the_batches_older_policies_sampled_and_a_resume_trains_on_them():
+    """k = 3, a checkpoint before step 4: batch 4 and batches 5 and 6 (sampled by policies 2 and 3) are kept;
+    batch 7 starts at step 4 from policy 4, as a resumed run also starts it."""
+    _, _, trained, saved = loop(3, max_steps=8, save_steps=4)
+    assert saved[0] == (4, [(4, 1), (5, 2), (6, 3)]) and saved[-1] == (8, [])
+    kept = [b for b in trained if b.step in (4, 5, 6)]
+    _, pipe, resumed, _ = loop(3, max_steps=8, pending=kept)
+    assert [(b.step, b.policy_version) for b in resumed] == [(4, 1), (5, 2), (6, 3), (7, 4)]
+    assert [(b.step, b.policy_version) for b in trained[4:]] == [(b.step, b.policy_version) for b in resumed]
+    assert pipe.started == [(7, 4)]  # only what the checkpoint could not hold is sampled again
+
+
+def test_a_resumed_run_with_a_smaller_k_regenerates_what_is_too_stale_for_it():
+    """A checkpoint of a k = 2 run resumed with k = 1: batch 4 (policy 3) trains; batch 5 (policy 3, 2 back at
+    step 5) is sampled again, from policy 4."""
+    from pathlib import Path
+
+    trainer = RLTrainer.__new__(RLTrainer)
+    trainer.args = TrainerArgs(num_batches_ahead=1)
+    kept = [Batch(step=4, policy_version=3, rollouts=[], example_ids=[4]),
+            Batch(step=5, policy_version=3, rollouts=[], example_ids=[5])]
+    trainer.learner = SimpleNamespace(load=lambda path: (SimpleNamespace(step=4, seed=0, examples_per_step=2,
+                                                                       dataset_size=8), list(kept)))
+    trainer.ranks = SimpleNamespace(is_main=False)
+    assert trainer.resume(Path("ckpt")) == (4, [])  # ranks > 0 keep none
+    trainer.ranks = SimpleNamespace(is_main=True)
+    trainer.env = SimpleNamespace(dataset=[0] * 8)
+    trainer.training_state = lambda step: SimpleNamespace(seed=0, examples_per_step=2)
+    trainer.paths = SimpleNamespace(metrics=Path("/nonexistent/metrics.jsonl"))
+    trainer.console = SimpleNamespace(info=lambda line: None, warn=lambda line: None)
+    step, pending = trainer.resume(Path("ckpt"))
+    assert step == 4 and [b.step for b in pending] == [4]
