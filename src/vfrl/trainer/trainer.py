@@ -96,8 +96,8 @@ class RLTrainer:
                               "the data order will not continue the original run's")
         moved = set_aside_after(self.paths.metrics, state.step)
         self.console.info(f"resumed from {path} (step {state.step}"
-                          f"{f', with {len(pending)} pending batch(es)' if pending else ''}; {moved} later metrics lines "
-                          f"moved to metrics.discarded.jsonl)")
+                          f"{f', with {len(pending)} pending batch(es)' if pending else ''}; {moved} later metrics "
+                          f"lines moved to metrics.discarded.jsonl)")
         return state.step, pending
 
     def training_state(self, step: int) -> TrainingState:
