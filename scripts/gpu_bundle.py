@@ -28,9 +28,10 @@ calls while it is held. vLLM 0.25.1 is the newest release that pins the machine'
    tmux travels beside them (`tmux.tar`), for an image without one. It prints the device calls.
 
 `join` (standard library only) checks each part's sha256, joins them, checks the whole, and unpacks the wheels into
---to. `install` joins, then `pip install --no-index --no-deps --target SITE` the wheels and this tree's vfrl (its
-console scripts in SITE/bin), puts the bundle's tmux (with libevent and libutempter) on PATH where there is no tmux,
-and writes the PYTHONPATH and PATH to run with (docs/gpu.md, "Carrying vLLM to the GPU machine").
+--to. `install` joins, then `pip install --no-index --no-deps --target SITE` the wheels, writes vfrl's console scripts
+into SITE/bin (vfrl itself runs from this tree's src/, on PYTHONPATH), puts the bundle's tmux (with libevent and
+libutempter) on PATH where there is no tmux, and writes the PYTHONPATH and PATH to run with (docs/gpu.md, "Carrying
+vLLM to the GPU machine").
 """
 
 from __future__ import annotations
@@ -280,9 +281,10 @@ def build(a: argparse.Namespace) -> None:
                     "carried": carry, "extra": extra, "left_out": left, "wheels": {}}
     for old in slim.glob("*.whl"):
         old.unlink()
+    wanted = {(norm(p.split("==")[0]), p.split("==")[1].strip()) for p in carry + extra}
     for wheel in sorted(wheels.glob("*.whl")):
         name = norm(wheel.name.split("-")[0])
-        if not any(norm(p.split("==")[0]) == name for p in carry + extra):
+        if (name, wheel.name.split("-")[1]) not in wanted:
             continue  # a wheel of an earlier build's resolution
         target = slim / wheel.name
         if name in SLIM:
@@ -387,8 +389,8 @@ def join(a: argparse.Namespace) -> None:
 
 
 def install(a: argparse.Namespace) -> None:
-    """join, then the wheels and vfrl (this tree) into --site with pip, offline; tmux from the bundle when there is
-    none. Prints the environment to run with."""
+    """join, then the wheels into --site with pip, offline, and vfrl's console scripts (vfrl runs from this tree);
+    tmux from the bundle when there is none. Writes the environment to run with."""
     a.to = a.wheels
     join(a)
     site = Path(a.site).resolve()
@@ -396,9 +398,21 @@ def install(a: argparse.Namespace) -> None:
     pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir",
            "--disable-pip-version-check", "--upgrade", "--target", str(site)]
     t0 = time.perf_counter()
-    # one pip: a second --target --upgrade install replaces SITE/bin, the first one's console scripts with it
-    subprocess.run([*pip, "--no-build-isolation", *wheels, str(ROOT)], check=True)  # vfrl's console scripts: SITE/bin
-    print(f"installed {len(wheels)} wheels and vfrl into {site} ({time.perf_counter() - t0:.1f} s)", flush=True)
+    subprocess.run([*pip, *wheels], check=True)
+    # vfrl from this tree (ROOT/src on PYTHONPATH, as an editable install), its console scripts written here: no
+    # build, so no setuptools needed there (vf-rl's panes run vf-vllm and vf-train by name, from PATH)
+    import tomllib
+
+    (site / "bin").mkdir(parents=True, exist_ok=True)
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    for name, target in scripts.items():
+        module, func = target.split(":")
+        script = site / "bin" / name
+        script.write_text(f"#!{sys.executable}\nimport sys\nfrom {module} import {func}\n\n"
+                          f"if __name__ == '__main__':\n    sys.argv[0] = {name!r}\n    sys.exit({func}())\n")
+        script.chmod(0o755)
+    print(f"installed {len(wheels)} wheels into {site}, vfrl's {len(scripts)} console scripts into {site / 'bin'} "
+          f"({time.perf_counter() - t0:.1f} s)", flush=True)
     path = [str(site / "bin")]
     tmux_dir = Path(a.wheels) / "tmux"
     if not shutil.which("tmux") and (tmux_dir / "tmux.bin").exists():
@@ -409,7 +423,8 @@ def install(a: argparse.Namespace) -> None:
         (tmux_dir / "tmux.bin").chmod(0o755)
         check = subprocess.run([str(wrapper), "-V"], capture_output=True, text=True)
         print(f"tmux from the bundle: {(check.stdout or check.stderr).strip()}", flush=True)
-    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    pythonpath = [str(site), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]
+    env = {"PYTHONPATH": os.pathsep.join(pythonpath).rstrip(os.pathsep),
            "PATH": os.pathsep.join([*path, os.environ.get("PATH", "")])}
     Path(a.env_file).write_text("".join(f"export {k}='{v}'\n" for k, v in env.items()))
     print(f"environment in {a.env_file} (source it)", flush=True)
