@@ -37,9 +37,11 @@ def socket_name(tmp_path):
 
 
 def vllm_server_pid(run_dir: Path) -> int:
-    """The API server: vf-vllm's (inference.pid's) child."""
+    """The API server: vf-vllm's (inference.pid's) child, beside its reaper (inference/reaper.py)."""
     supervisor = int((run_dir / "inference.pid").read_text())
-    children = subprocess.run(["pgrep", "-P", str(supervisor)], capture_output=True, text=True).stdout.split()
+    children = [pid for pid in subprocess.run(["pgrep", "-P", str(supervisor)], capture_output=True,
+                                              text=True).stdout.split()
+                if b"vfrl.inference.reaper" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
     assert len(children) == 1, children
     return int(children[0])
 
