@@ -233,3 +233,16 @@ def test_report_to_tensorboard_writes_event_files_tensorboard_reads(tmp_path):
              for tag in ("completions/text_summary", "alerts/text_summary")}
     assert any("| 3 | abc \\| x | cba | 1.000 |" in t for t in texts["completions/text_summary"])
     assert "jumped" in texts["alerts/text_summary"][0]
+
+
+def test_a_console_whose_pipe_is_gone_goes_quiet_instead_of_ending_the_run():
+    """`vf-train | tee` with tee gone (the pane closed): rich would raise SystemExit(1) mid-step, and the run would
+    end before its emergency checkpoint. The console stops writing; the caller goes on."""
+    read, write = os.pipe()
+    os.close(read)
+    out = os.fdopen(write, "w")
+    con = TrainerConsole(out)
+    for step in (1, 2):
+        con.step(record(step))
+        con.warn("still here")
+    assert con.console.quiet

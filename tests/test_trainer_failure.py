@@ -271,3 +271,38 @@ def test_a_vllm_that_dies_while_the_trainer_waits_to_load_is_one_line_and_exit_3
         wait_for_vllm_first("http://127.0.0.1:9/v1", tmp_path)
     assert e.value.code == EXIT_INFERENCE_LOST and "\n" not in e.value.line
     assert "during start-up" in e.value.line and "No step was trained" in e.value.line
+
+
+def test_a_closed_terminal_keeps_the_steps_trained(trainer):
+    """SIGHUP (the tmux server killed, the pane closed) used to end vf-train on the spot, losing every step since
+    the last checkpoint. Now the loop ends as on Ctrl-C and the trainer keeps what it trained, saying so in the
+    log file (no pane shows its line any more). The real signal, sent to this process while the loop waits."""
+    import asyncio
+    import os
+    import signal
+    import threading
+
+    from vfrl.trainer import stop_signals
+
+    async def waits(torch_thread):
+        await asyncio.sleep(60)
+
+    trainer.learner.steps_done = 2
+    trainer.ranks = SimpleNamespace(is_main=True)
+    trainer._train_watched = waits
+    trainer.stopped_by = lambda e: RLTrainer.stopped_by(trainer, e)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2, signal.SIGHUP)}
+    stop_signals.release()
+    try:
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGHUP)).start()
+        with pytest.raises(TrainingStopped) as e:
+            RLTrainer.train(trainer)
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+        stop_signals._hung_up.clear()
+    assert e.value.code == EXIT_ERROR
+    assert e.value.line.startswith("vf-train: the trainer's terminal was closed (SIGHUP: its tmux pane or the tmux "
+                                   "server is gone). Training up to step 2 is saved in outputs/run/checkpoints/step-2")
+    assert e.value.line in trainer.log_file.read_text()
+    assert latest_checkpoint(trainer.checkpoints_dir).name == "step-2"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -55,7 +56,8 @@ def train(
         print(INTERRUPTED.format(""), flush=True)
         raise typer.Exit(EXIT_INTERRUPTED)
     except TrainingStopped as e:  # dealt with: steps kept, traceback logged
-        print(e.line, file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):  # a closed pane (the line is in the log file then, RLTrainer.train)
+            print(e.line, file=sys.stderr, flush=True)
         raise typer.Exit(stopped_or(e.code))
     except Exception as e:  # before training began (model, environment, ...): one line, the story in the log
         log = RunDir(run_dir).log("trainer")

@@ -35,14 +35,22 @@ def bar(done: int, total: int, width: int = 20) -> str:
     return "━" * filled + "╺" + "─" * max(width - filled - 1, 0) if filled < width else "━" * width
 
 
+class OutlivesItsPipe(Console):
+    """A console that goes quiet when the pipe it writes to is gone (its pane closed, `tee` killed). rich's own
+    answer is SystemExit(1), which would end the run mid-step, and the emergency checkpoint with it."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+
+
 class TrainerConsole:
     def __init__(self, file: IO[str] | None = None):
         file = file or sys.stdout
         terminal = file.isatty()
         # pipes get a fixed, wide layout (rich would assume 80 columns); COLUMNS still wins
         width = None if terminal or os.environ.get("COLUMNS") else 160
-        self.console = Console(file=file, width=width, highlight=False, soft_wrap=not terminal,
-                               force_terminal=terminal, no_color=not terminal)
+        self.console = OutlivesItsPipe(file=file, width=width, highlight=False, soft_wrap=not terminal,
+                                       force_terminal=terminal, no_color=not terminal)
         self.terminal = terminal
 
     def step(self, record: dict[str, Any]) -> None:

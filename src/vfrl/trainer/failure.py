@@ -42,6 +42,12 @@ TRACEBACK_START = "vf-train: traceback, for the log only (the console got one li
 TRACEBACK_END = "vf-train: end of traceback"
 
 
+class HungUp(RuntimeError):
+    """vf-train's terminal went away (SIGHUP) while it trained: its tmux pane or server is gone."""
+
+    worded_for_users = True
+
+
 def log_traceback(log: Path, error: BaseException, about: str = "") -> None:
     """The whole story for the log file, not the console (the pane tees the console into the same file)."""
     try:

@@ -28,6 +28,7 @@ STOPS = (signal.SIGINT, *TERMINATING)
 
 _held: list[int] = []
 _seen: list[int] = []  # every SIGTERM or SIGUSR2 since vf-train started, and any stop signal on its way out
+_hung_up: list[int] = []  # a SIGHUP since the training could begin
 
 
 def _remember(signum: int, frame: object) -> None:
@@ -44,6 +45,21 @@ def _terminate(signum: int, frame: object) -> None:
     collector, Python prints "Exception ignored" and drops it, and a Slurm job trains on after `vf-rl stop`.
     Outside the loop (start-up, the final save) Ctrl-C's handler raises KeyboardInterrupt."""
     _seen.append(signum)
+    _as_ctrl_c(signum, frame)
+
+
+def _hang_up(signum: int, frame: object) -> None:
+    """SIGHUP: vf-train's terminal is gone (its tmux pane closed, the tmux server killed). Not a stop anyone
+    asked for but a fault: the loop ends as on Ctrl-C, and the trainer then keeps the steps trained as it does
+    when vLLM is lost (`hung_up`; RLTrainer.train). Python's default for SIGHUP ends the process on the spot.
+    The kernel sends more than one (the terminal's hang-up, then its session leader's exit): only the first acts,
+    so that a later one does not cut the emergency checkpoint short."""
+    _hung_up.append(signum)
+    if len(_hung_up) == 1:
+        _as_ctrl_c(signum, frame)
+
+
+def _as_ctrl_c(signum: int, frame: object) -> None:
     on_ctrl_c = signal.getsignal(signal.SIGINT)  # release's default_int_handler, or asyncio.Runner's
     if callable(on_ctrl_c):
         on_ctrl_c(signal.SIGINT, frame)
@@ -68,6 +84,7 @@ def release() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for sig in TERMINATING:
         signal.signal(sig, _terminate)
+    signal.signal(signal.SIGHUP, _hang_up)
     if _held:
         raise KeyboardInterrupt
 
@@ -92,6 +109,11 @@ def noted():
     finally:
         for s, handler in before.items():
             signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+
+
+def hung_up() -> bool:
+    """Did vf-train's terminal go away (SIGHUP) while it trained?"""
+    return bool(_hung_up)
 
 
 def requested() -> bool:

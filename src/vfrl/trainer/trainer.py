@@ -32,8 +32,9 @@ from vfrl.run_dir import RunDir, set_aside_after
 from vfrl.trainer.checkpoint import TrainingState, latest_checkpoint, save_checkpoint, step_of
 from vfrl.trainer.console import TrainerConsole
 from vfrl.trainer.evaluation import is_eval_step
+from vfrl.trainer import stop_signals
 from vfrl.trainer.failure import (
-    EXIT_ERROR, EXIT_INFERENCE_LOST, TrainingStopped, as_typed, describe, log_traceback, resume_hint,
+    EXIT_ERROR, EXIT_INFERENCE_LOST, HungUp, TrainingStopped, as_typed, describe, log_traceback, resume_hint,
     unretrieved_errors_to,
 )
 from vfrl.trainer.inference_watch import InferenceLost, inference_problem, wait_for_server, watch_inference
@@ -122,17 +123,21 @@ class RLTrainer:
     # ---- when the run cannot go on (failure.py) ----
     def stopped_by(self, error: Exception) -> TrainingStopped:
         """Rank 0, after the loop failed: log the traceback, keep the steps trained so far, say it in one line."""
-        log_traceback(self.log_file, error)
+        if not isinstance(error, HungUp):
+            log_traceback(self.log_file, error)
         if self.unlogged:  # a step trained (and kept below) whose push failed: its metrics line too
             step, batch, stats, times = self.unlogged
             with contextlib.suppress(Exception):
                 self.run_log.step(step + 1, self.record(step, batch, stats, None, times), batch)
-        lost = str(error) if isinstance(error, InferenceLost) else inference_problem(self.base_url,
-                                                                                    self.inference_pid_file)
+        # the server's state tells whether it caused the failure; a closed terminal ended it too (its pane's)
+        lost = (str(error) if isinstance(error, InferenceLost) else
+                None if isinstance(error, HungUp) else inference_problem(self.base_url, self.inference_pid_file))
         if lost:
             log = (as_typed(RunDir(self.run_dir).log("inference")) if self.inference_pid_file is not None
                    else "its own log, where it runs")  # a server vf-rl did not start (inference.base_url)
             cause = f"{lost} (see {log})"
+        elif isinstance(error, HungUp):  # a signal: no traceback to read
+            cause = describe(error)
         else:
             cause = f"{describe(error)} (traceback in {as_typed(self.log_file)})"
         return TrainingStopped(EXIT_INFERENCE_LOST if lost else EXIT_ERROR, f"vf-train: {cause}. {self.keep_trained()}")
@@ -171,6 +176,14 @@ class RLTrainer:
                         runner.run(self._train_watched(torch_thread))
                     finally:  # a training step in flight ends before what follows reads the model
                         torch_thread.join()
+            except KeyboardInterrupt:  # Ctrl-C, a stop; or the terminal gone, a fault: keep what was trained
+                if not stop_signals.hung_up():
+                    raise
+                stopped = self.stopped_by(HungUp("the trainer's terminal was closed (SIGHUP: its tmux pane or the "
+                                                 "tmux server is gone)"))
+                with contextlib.suppress(OSError), open(self.log_file, "a") as log:  # no pane shows the line now
+                    log.write(stopped.line + "\n")
+                raise stopped from None
             except Exception as e:  # the other ranks are ended by the launcher when this one exits
                 raise self.stopped_by(e) from e
             config = RunDir(self.run_dir).config  # written by vf-rl at launch
