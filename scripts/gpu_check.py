@@ -1,7 +1,8 @@
 """GPU check: run every GPU path of vfrl this machine can run, and write what happened to a JSON file.
 
     python scripts/gpu_check.py --out gpu_check.json        # a GPU machine, from a clean copy of the tree
-    python scripts/gpu_check.py --device cpu --tiny         # the same code paths, small, on a CPU (tests/test_gpu_check.py)
+    python scripts/gpu_check.py --device cpu --tiny         # the same code paths, small, on a CPU
+                                                            # (tests/test_gpu_check.py)
 
 Needs torch, transformers, peft and accelerate; the trainer checks also need vfrl's light dependencies
 (pydantic, tomli-w, rich, httpx), the vLLM checks vllm and openai, the vf-rl run tmux and an installed vfrl
@@ -12,17 +13,20 @@ random weights and the tiny model's character tokenizer padded to that vocabular
     machine             torch's view of the GPU vs vf-rl's nvidia-smi probe (what the launcher plans with)
     model               make the model; its parameter count vs the launcher's estimate from config.json
     logprobs            chunked lm_head logprobs vs naive full-vocabulary logits: values, gradients, peak memory
-    shared_prefix       a group's rows forwarded packed (prompt once) vs each on its own: fp32 logprobs and gradients, bf16 error, time, memory
+    shared_prefix       a group's rows forwarded packed (prompt once) vs each on its own: fp32 logprobs and
+                        gradients, bf16 error, time, memory
     train_lora          RLTrainer.train_step with LoRA in bf16: tokens/s, MFU, peak memory vs the launcher's estimate
     train_full          the same, full fine-tuning
     train_<lora|full>_liger   the same with trainer.args.use_liger_kernel (liger-kernel's fused RMSNorm, rotary, SwiGLU)
     resume_<lora|full>  step, checkpoint, step; a fresh trainer resumed from the checkpoint takes the same second
                         step (RNG states restored: LoRA dropout draws from the CUDA RNG)
-    accelerate_<cfg>_<lora|full>   one train step under `accelerate launch` with each bundled config that runs on one GPU
+    accelerate_<cfg>_<lora|full>   one train step under `accelerate launch` with each bundled config that runs on
+                        one GPU
     shared_plan         vf-rl's one-GPU plan of configs/rl/qwen2.5-0.5b-instruct.toml, then the trainer's steps inside
                         the memory the plan leaves it (torch.cuda.set_per_process_memory_fraction)
     vllm_lora_parity    vf-vllm serving the model, two LoRA versions pushed (AdapterSync): vLLM's logprobs vs HF + peft
-    vllm_full_sync      vf-vllm in full-weight mode, perturbed weights pushed (FullWeightSync): logprobs vs HF, push time
+    vllm_full_sync      vf-vllm in full-weight mode, perturbed weights pushed (FullWeightSync): logprobs vs HF,
+                        push time
     vf_rl_shared_run    the whole `vf-rl @ configs/rl/quickstart.toml`, both panes on one GPU, a few steps
 
 Each check runs in its own process (--no-isolate: all in this one), so an out-of-memory or a crash is recorded
@@ -124,7 +128,8 @@ def check_machine(ctx: Context) -> dict:
     import torch
 
     out = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-           "packages": {m: _version(m) for m in ("transformers", "peft", "accelerate", "deepspeed", "vllm", "pydantic")}}
+           "packages": {m: _version(m)
+                        for m in ("transformers", "peft", "accelerate", "deepspeed", "vllm", "pydantic")}}
     try:
         from vfrl.launcher.machine import detect_machine
     except ImportError as e:  # pydantic missing: the trainer checks will say so; the GPU itself is still worth a look
@@ -263,7 +268,8 @@ def check_shared_prefix(ctx: Context) -> dict:
         model = load_model(ctx, lora=True, dtype=dtype)
         model.train()
         if not shared_prefix.packs(model):
-            raise RuntimeError(f"the model does not take the packed mask (attention {model.config._attn_implementation})")
+            raise RuntimeError("the model does not take the packed mask "
+                               f"(attention {model.config._attn_implementation})")
         t0 = time.perf_counter()
         packed = shared_prefix.layout(model, ids.cpu(), attn.cpu())  # as the trainer does it: from CPU tensors
         layout_s = time.perf_counter() - t0
@@ -304,7 +310,8 @@ def check_shared_prefix(ctx: Context) -> dict:
            "packed_tokens": int(packed.input_ids.shape[1]), "row_tokens": int(ids.numel()),
            "layout_s": round(layout_s, 4),
            "fp32_packed_vs_rows": distance(results[(f32, "packed")], results[(f32, "rows")]),
-           "fp32_grad_norm": round(sum(g.norm() ** 2 for g in results[(f32, "rows")]["grads"].values()).item() ** 0.5, 4)}
+           "fp32_grad_norm": round(sum(g.norm() ** 2
+                                       for g in results[(f32, "rows")]["grads"].values()).item() ** 0.5, 4)}
     tol = 1e-3 if ctx.device == "cuda" else 1e-4  # CUDA's fp32 kernels sum in another order per shape
     if low != f32:
         out[f"{low}_rows_vs_fp32"] = distance(results[(low, "rows")], results[(f32, "rows")])
@@ -320,7 +327,8 @@ def check_shared_prefix(ctx: Context) -> dict:
     if low != f32:
         own, packed_err = out[f"{low}_rows_vs_fp32"], out[f"{low}_packed_vs_fp32"]
         if packed_err["mean_abs_logprob"] > 1.5 * own["mean_abs_logprob"] + 1e-3:
-            raise RuntimeError(f"packed in {low} is farther from fp32 than the rows' own forward: {packed_err} vs {own}")
+            raise RuntimeError(f"packed in {low} is farther from fp32 than the rows' own forward: "
+                               f"{packed_err} vs {own}")
     return out
 
 
@@ -418,7 +426,8 @@ def train_steps(ctx: Context, trainer, steps: int) -> dict:
     estimate = trainer_need(model_shape(ctx.model_dir / "config.json"), trainer.config)
     out = {
         "shape": f"{a.batch_size} rollouts of {a.max_seq_len} tokens ({a.max_tokens} completion), micro-batches of "
-                 f"{a.micro_batch_size}, {'bf16' if a.bf16 else 'fp32'}, {'LoRA r' + str(a.lora_rank) if a.use_lora else 'full'}",
+                 f"{a.micro_batch_size}, {'bf16' if a.bf16 else 'fp32'}, "
+                 f"{'LoRA r' + str(a.lora_rank) if a.use_lora else 'full'}",
         "step_s": [round(t, 3) for t in times], "tokens_per_s": round(tokens / step_s, 1),
         "model_tflops_per_s": round(flops / step_s / 1e12, 2),
         "first_step": {k: first[k] for k in ("loss", "grad_norm", "mismatch_kl", "entropy")},
@@ -448,7 +457,8 @@ def check_train(ctx: Context, use_lora: bool, **overrides) -> dict:
     trainer = make_trainer(ctx, ctx.workdir / name, use_lora, **overrides).learner
     out = train_steps(ctx, trainer, ctx.sizes["steps"])
     out["accelerate"] = {"distributed_type": str(trainer.accelerator.distributed_type),
-                         "processes": trainer.accelerator.num_processes, "mixed_precision": trainer.accelerator.mixed_precision}
+                         "processes": trainer.accelerator.num_processes,
+                         "mixed_precision": trainer.accelerator.mixed_precision}
     return out
 
 
@@ -583,7 +593,8 @@ def parity_tolerance(ctx: Context) -> dict:
 
 def disagreement(result: dict, tolerance: dict) -> str | None:
     key, bound = next(iter(tolerance.items()))
-    return f"vLLM's logprobs are {result[key]:.2e} ({key}) from the policy's, beyond {bound}" if result[key] > bound else None
+    return (f"vLLM's logprobs are {result[key]:.2e} ({key}) from the policy's, beyond {bound}"
+            if result[key] > bound else None)
 
 
 def not_served(new: dict, old: dict, tolerance: dict) -> str | None:
@@ -690,7 +701,8 @@ def check_vf_rl_shared_run(ctx: Context) -> dict:
     out = {"exit_code": run.returncode, "wall_s": round(wall, 1), "steps": len(steps),
            "reward_first_last": [steps[0]["reward_mean"], steps[-1]["reward_mean"]] if steps else None,
            "step_s_mean": round(sum(m["step_s"] for m in steps) / len(steps), 3) if steps else None,
-           "inference_devices": next((line for line in inference_sh.splitlines() if "CUDA_VISIBLE_DEVICES" in line), None),
+           "inference_devices": next((line for line in inference_sh.splitlines() if "CUDA_VISIBLE_DEVICES" in line),
+                                     None),
            "stderr_tail": run.stderr[-1500:]}
     if run.returncode != 0 or len(steps) != 5:
         raise RuntimeError(f"vf-rl exited {run.returncode} after {len(steps)} of 5 steps; see {run_dir}/logs")
@@ -861,7 +873,8 @@ def run_isolated(name: str, a: argparse.Namespace, timeout: float) -> dict:
     result = Path(a.workdir) / f"{name}.result.json"
     result.unlink(missing_ok=True)
     me = [str(Path(__file__).resolve()), "--worker", name, "--result", str(result), "--workdir", a.workdir,
-          "--device", a.device] + (["--tiny"] if a.tiny else []) + (["--peak-tflops", str(a.peak_tflops)] if a.peak_tflops else [])
+          "--device", a.device] + (["--tiny"] if a.tiny else []) + (
+              ["--peak-tflops", str(a.peak_tflops)] if a.peak_tflops else [])
     if name.startswith("accelerate_"):
         config = ROOT / "configs" / "accelerate" / f"{name.split('_', 1)[1].rsplit('_', 1)[0]}.yaml"
         cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config), "--num_processes", "1",
@@ -904,11 +917,13 @@ def git_state() -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog=__doc__.split("\n\n", 2)[2])
     p.add_argument("--out", default="gpu_check.json", help="results file (JSON)")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    p.add_argument("--tiny", action="store_true", help="a 2-layer, 128-wide model, a 2048-token vocabulary, small batches")
+    p.add_argument("--tiny", action="store_true",
+                   help="a 2-layer, 128-wide model, a 2048-token vocabulary, small batches")
     p.add_argument("--only", nargs="+", metavar="CHECK", help="run these checks (and what they need) only")
     p.add_argument("--skip", nargs="+", default=[], metavar="CHECK")
     p.add_argument("--workdir", help="model, runs and logs (default: a new temporary folder, kept)")
@@ -944,7 +959,8 @@ def main() -> int:
         elif a.no_isolate and fn is not None:
             record = run_here(fn, ctx)
         elif a.no_isolate:
-            record = {"status": "skipped", "reason": "needs its own process (accelerate launch); run without --no-isolate"}
+            record = {"status": "skipped",
+                      "reason": "needs its own process (accelerate launch); run without --no-isolate"}
         else:
             record = run_isolated(name, a, a.timeout)
         record["seconds"] = round(time.perf_counter() - t0, 1)

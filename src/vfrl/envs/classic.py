@@ -70,14 +70,16 @@ class ReasoningGymEnv(SingleTurnEnv):
         if isinstance(gym, str):
             data = reasoning_gym.create_dataset(gym, size=size, seed=seed)
         else:
-            specs = [DatasetSpec(name=g, weight=1.0, config={}) if isinstance(g, str) else DatasetSpec(**g) for g in gym]
+            specs = [DatasetSpec(name=g, weight=1.0, config={}) if isinstance(g, str) else DatasetSpec(**g)
+                     for g in gym]
             data = reasoning_gym.create_dataset("composite", datasets=specs, size=size, seed=seed)
         rows = [{"question": entry["question"], "answer": str(entry["answer"]), "info": {"index": i}}
                 for i, entry in enumerate(data)]
         parser = parser or XMLParser(["answer"])
 
         def check_answer_reward_func(completion, info) -> float:
-            return float(data.score_answer(answer=str(parser.parse_answer(completion)).strip(), entry=data[info["index"]]))
+            return float(data.score_answer(answer=str(parser.parse_answer(completion)).strip(),
+                                           entry=data[info["index"]]))
 
         rubric = Rubric(funcs=[check_answer_reward_func, parser.get_format_reward_func()], weights=[1.0, 0.0],
                         parser=parser)

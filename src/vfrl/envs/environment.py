@@ -221,7 +221,8 @@ class Environment:
         return (await self.rollout_with_state(client, model, row, example_id, sampling, record_tokens=record_tokens))[0]
 
     async def rollout_with_state(self, client, model: str, row: dict[str, Any], example_id: int,
-                                 sampling: dict[str, Any], record_tokens: bool = True) -> tuple[Rollout, dict[str, Any]]:
+                                 sampling: dict[str, Any],
+                                 record_tokens: bool = True) -> tuple[Rollout, dict[str, Any]]:
         """One unscored rollout and the state its rubric reads (kept out of Rollout, which is saved as JSON).
 
         `record_tokens=True` (training) keeps vLLM's token ids and logprobs and fails clearly when the

@@ -67,8 +67,8 @@ def classic_gap(env_id: str, e: BaseException) -> EnvironmentLoadError | None:
     at = where(e)
     return EnvironmentLoadError(
         f"environment '{env_id}' is written for verifiers' classic API, which vfrl runs with its own classes, and it "
-        f"imports verifiers{name[4:]}, which vfrl does not have{f' (at {at})' if at else ''}; see docs/environments.md, "
-        f"'Porting from verifiers', for what vfrl has")
+        f"imports verifiers{name[4:]}, which vfrl does not have{f' (at {at})' if at else ''}; "
+        f"see docs/environments.md, 'Porting from verifiers', for what vfrl has")
 
 
 def load_v1_environment(env_id: str, package: str, env_args: dict) -> Environment:

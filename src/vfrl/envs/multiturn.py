@@ -88,7 +88,8 @@ class MultiTurnEnv(Environment):
 
     # ---- the loop ----
     async def rollout_with_state(self, client, model: str, row: dict[str, Any], example_id: int,
-                                 sampling: dict[str, Any], record_tokens: bool = True) -> tuple[Rollout, dict[str, Any]]:
+                                 sampling: dict[str, Any],
+                                 record_tokens: bool = True) -> tuple[Rollout, dict[str, Any]]:
         text = self.message_type == "completion"  # the conversation is one str (see the module docstring)
         prompt = self.prompt_of(row)
         prompt = prompt if text else as_messages(prompt)

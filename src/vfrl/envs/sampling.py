@@ -47,7 +47,8 @@ from vfrl.inference.endpoints import server_root
 log = logging.getLogger(__name__)
 
 Messages = list[dict[str, Any]]
-OPENAI_SAMPLING_KEYS = {"temperature", "top_p", "max_tokens", "presence_penalty", "frequency_penalty", "seed", "stop", "n"}
+OPENAI_SAMPLING_KEYS = {"temperature", "top_p", "max_tokens", "presence_penalty", "frequency_penalty", "seed", "stop",
+                        "n"}
 _ANCHOR: Messages = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]  # see _delta_ids
 
 
@@ -312,7 +313,8 @@ class TurnSampler:
         return ModelTurn(message, truncated=choice.finish_reason == "length")
 
     async def _tokenize(self, messages: Messages, add_generation_prompt: bool) -> list[int]:
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "add_generation_prompt": add_generation_prompt}
+        body: dict[str, Any] = {"model": self.model, "messages": messages,
+                                "add_generation_prompt": add_generation_prompt}
         if self.tools:
             body["tools"] = self.tools
         return await tokenize(self.client, body)

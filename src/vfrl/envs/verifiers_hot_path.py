@@ -6,11 +6,13 @@ shows them among the largest items, with nothing of verifiers' own behaviour beh
 - **pydantic's default-factory check.** verifiers builds its trace graph with `model_construct`, and pydantic 2.14
   asks, for every field with a `default_factory`, on every call, whether the factory takes the validated data:
   `inspect.signature(factory)`, which for builtins such as `list` and `dict` parses a text signature and copies
-  `sys.modules` each time (pydantic/pydantic#13376 fixed the same for private attributes only). The answer depends on the factory alone, so it is computed once per factory.
+  `sys.modules` each time (pydantic/pydantic#13376 fixed the same for private attributes only). The answer depends
+  on the factory alone, so it is computed once per factory.
 - **httpcore's connection pool.** verifiers' train client (one `AsyncOpenAI` for every rollout, posting token ids
   to vLLM) runs on httpx, whose pool walks every queued request against every connection, asking each socket
-  for its peer name, whenever a request starts or ends: quadratic in the requests in flight. The train client gets openai's aiohttp-backed httpx client instead (`httpx-aiohttp`, the
-  `openai[aiohttp]` extra), with verifiers' own timeout and limits: the same requests over another transport.
+  for its peer name, whenever a request starts or ends: quadratic in the requests in flight. The train client gets
+  openai's aiohttp-backed httpx client instead (`httpx-aiohttp`, the `openai[aiohttp]` extra), with verifiers' own
+  timeout and limits: the same requests over another transport.
 
 Both are applied once per process, when the first verifiers 0.4 environment is built.
 """

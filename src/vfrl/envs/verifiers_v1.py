@@ -221,8 +221,8 @@ def episode_rollouts(episode, example_id: int, answer: Any, policy: str) -> list
         why = f"{errors[0].type}: {errors[0].message}" if errors else "it did not complete"
         if scoring_failed(episode, errors):
             where = failing_signal(episode, errors)
-            raise DroppedEpisode("scoring_failed", one_line(f"verifiers scoring failed{f' in {where}' if where else ''}, "
-                                                            f"{why}", 300))
+            raise DroppedEpisode("scoring_failed",
+                                 one_line(f"verifiers scoring failed{f' in {where}' if where else ''}, {why}", 300))
         raise DroppedEpisode("failed", one_line(f"verifiers episode failed, {why}", 300))
     rollouts = [trace_rollout(t, example_id, answer, policy) for t in episode.traces
                 if getattr(t.agent, "trainable", True)]

@@ -174,38 +174,67 @@ def print_summary(summary: dict[str, Any], n_rollouts: int) -> None:
     Console().print(table)
 
 
-@app.command()
+# `vf-eval --help`. A string, not the docstring: typer shows a line break inside a paragraph after the first as it is
+# written, so each paragraph is one line of the help and several lines here.
+EVALUATE_HELP = (
+    "Evaluate ENV_ID: N examples x R rollouts against the server; print the mean reward and each metric's mean.\n\n"
+    "Against vLLM the rollouts keep their token ids and logprobs; any other OpenAI-compatible server is evaluated on "
+    "text (see --token-ids).\n\n"
+    "Defaults can come from \\[tool.vfrl.eval] in the environment's pyproject.toml; flags win.")
+
+
+@app.command(help=EVALUATE_HELP)
 def evaluate(
     env_id: Annotated[str, typer.Argument(metavar="ENV_ID", help="Installed environment id, e.g. reverse-text.")],
-    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Model name as the server knows it \\[default: the first model the server lists].")] = None,
-    api_base_url: Annotated[Optional[str], typer.Option("--api-base-url", "-b", help=f"OpenAI-compatible base URL \\[default: {DEFAULT_BASE_URL}].")] = None,
-    api_key_var: Annotated[Optional[str], typer.Option("--api-key-var", "-k", help=f"Environment variable holding the API key \\[default: {DEFAULT_KEY_VAR}; 'EMPTY' when unset].")] = None,
-    num_examples: Annotated[Optional[int], typer.Option("--num-examples", "-n", help="Examples to evaluate; -1 for all \\[default: 5].")] = None,
-    rollouts_per_example: Annotated[Optional[int], typer.Option("--rollouts-per-example", "-r", help="Rollouts per example \\[default: 3].")] = None,
-    max_concurrent: Annotated[Optional[int], typer.Option("--max-concurrent", "-c", help="Requests in flight at most \\[default: 32].")] = None,
-    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", "-t", help="Max tokens per reply \\[default: the server's].")] = None,
-    temperature: Annotated[Optional[float], typer.Option("--temperature", "-T", help="Sampling temperature \\[default: the server's].")] = None,
-    sampling_args: Annotated[Optional[str], typer.Option("--sampling-args", "-S", help="""More sampling args as JSON, e.g. '{"top_p": 0.9, "seed": 0}'.""")] = None,
-    env_args: Annotated[Optional[str], typer.Option("--env-args", "-a", help="""load_environment() keyword args as JSON, e.g. '{"num_eval_examples": 10}'.""")] = None,
-    output: Annotated[Optional[Path], typer.Option("--output-dir", "-o", help="Folder for results.jsonl and metadata.json \\[default: outputs/evals/<env>--<model>/<timestamp>].")] = None,
-    renderer: Annotated[Optional[str], typer.Option("--renderer", help="""verifiers 0.4 packages: the `renderers` renderer for the prompts, a name (qwen3) or JSON ('{"name": "default", "tool_parser": "hermes"}') \\[default: found from the model's name].""")] = None,
-    token_ids: Annotated[TokenIds, typer.Option("--token-ids", case_sensitive=False, help="Record vLLM's token ids and logprobs per rollout: 'on' needs vLLM, 'off' sends plain requests without them (any OpenAI-compatible server), 'auto' asks the server once and falls back to text with a notice.")] = TokenIds.auto,
+    model: Annotated[Optional[str], typer.Option(
+        "--model", "-m",
+        help="Model name as the server knows it \\[default: the first model the server lists].")] = None,
+    api_base_url: Annotated[Optional[str], typer.Option(
+        "--api-base-url", "-b", help=f"OpenAI-compatible base URL \\[default: {DEFAULT_BASE_URL}].")] = None,
+    api_key_var: Annotated[Optional[str], typer.Option(
+        "--api-key-var", "-k",
+        help=f"Environment variable holding the API key \\[default: {DEFAULT_KEY_VAR}; 'EMPTY' when unset].")] = None,
+    num_examples: Annotated[Optional[int], typer.Option(
+        "--num-examples", "-n", help="Examples to evaluate; -1 for all \\[default: 5].")] = None,
+    rollouts_per_example: Annotated[Optional[int], typer.Option(
+        "--rollouts-per-example", "-r", help="Rollouts per example \\[default: 3].")] = None,
+    max_concurrent: Annotated[Optional[int], typer.Option(
+        "--max-concurrent", "-c", help="Requests in flight at most \\[default: 32].")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option(
+        "--max-tokens", "-t", help="Max tokens per reply \\[default: the server's].")] = None,
+    temperature: Annotated[Optional[float], typer.Option(
+        "--temperature", "-T", help="Sampling temperature \\[default: the server's].")] = None,
+    sampling_args: Annotated[Optional[str], typer.Option(
+        "--sampling-args", "-S", help="""More sampling args as JSON, e.g. '{"top_p": 0.9, "seed": 0}'.""")] = None,
+    env_args: Annotated[Optional[str], typer.Option(
+        "--env-args", "-a",
+        help="""load_environment() keyword args as JSON, e.g. '{"num_eval_examples": 10}'.""")] = None,
+    output: Annotated[Optional[Path], typer.Option(
+        "--output-dir", "-o",
+        help="Folder for results.jsonl and metadata.json "
+             "\\[default: outputs/evals/<env>--<model>/<timestamp>].")] = None,
+    renderer: Annotated[Optional[str], typer.Option(
+        "--renderer",
+        help="verifiers 0.4 packages: the `renderers` renderer for the prompts, a name (qwen3) or JSON "
+             """('{"name": "default", "tool_parser": "hermes"}') \\[default: found from the model's name].""")] = None,
+    token_ids: Annotated[TokenIds, typer.Option(
+        "--token-ids", case_sensitive=False,
+        help="Record vLLM's token ids and logprobs per rollout: 'on' needs vLLM, 'off' sends plain requests without "
+             "them (any OpenAI-compatible server), 'auto' asks the server once and falls back to text with a "
+             "notice.")] = TokenIds.auto,
 ) -> None:
-    """Evaluate ENV_ID: N examples x R rollouts against the server; print the mean reward and each metric's mean.
-
-    Against vLLM the rollouts keep their token ids and logprobs; any other OpenAI-compatible server is evaluated on text (see --token-ids).
-
-    Defaults can come from \\[tool.vfrl.eval] in the environment's pyproject.toml; flags win."""
     given = {"model": model, "api_base_url": api_base_url, "api_key_var": api_key_var, "num_examples": num_examples,
              "rollouts_per_example": rollouts_per_example, "max_concurrent": max_concurrent, "max_tokens": max_tokens,
              "temperature": temperature}
     job = resolve_job(env_id, given, env_args, sampling_args, output, token_ids)
-    job.renderer = parse_json_object(renderer, "--renderer") if renderer and renderer.lstrip().startswith("{") else renderer
+    job.renderer = (parse_json_object(renderer, "--renderer") if renderer and renderer.lstrip().startswith("{")
+                    else renderer)
     env = load_eval_environment(job)
     try:
         asyncio.run(run_job(job, env))
     except KeyboardInterrupt:
-        typer.echo(f"{PROG}: interrupted; groups finished before that are kept in results.jsonl (no metadata.json)", err=True)
+        typer.echo(f"{PROG}: interrupted; groups finished before that are kept in results.jsonl (no metadata.json)",
+                   err=True)
         raise typer.Exit(130) from None
 
 
@@ -275,7 +304,8 @@ async def run_job(job: EvalJob, env) -> None:
         model = await pick_model(client, model, base_url)
         out = job.output or output_dir(job.env_id, model)
         if (out / "results.jsonl").exists():
-            fail(PROG, f"{out / 'results.jsonl'} already exists; pass another -o folder (vf-eval never overwrites results)")
+            fail(PROG, f"{out / 'results.jsonl'} already exists; pass another -o folder "
+                       "(vf-eval never overwrites results)")
         record_tokens = await choose_token_mode(client, model, job.token_ids, base_url,
                                                 completion=getattr(env, "message_type", "chat") == "completion")
         out.mkdir(parents=True, exist_ok=True)
@@ -315,10 +345,12 @@ async def pick_model(client, model: str | None, base_url: str) -> str:
 
 async def sample_with_progress(job: EvalJob, env, client, model: str, results: Path, record_tokens: bool):
     """Every rollout, with a progress bar; faulty ones dropped and counted (all dropped: one line, exit 2)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
 
     n, r = job.n, job.opts["rollouts_per_example"]
-    typer.echo(f"{PROG}: {job.env_id} ({job.split} split): {n} examples x {r} rollouts against {job.opts['api_base_url']}")
+    typer.echo(f"{PROG}: {job.env_id} ({job.split} split): {n} examples x {r} rollouts against "
+               f"{job.opts['api_base_url']}")
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TimeRemainingColumn()) as progress:
         bar = progress.add_task(job.env_id, total=n * r)

@@ -36,8 +36,10 @@ def create_package(name: str, parent: Path) -> Path:
 
 @app.command()
 def init(
-    name: Annotated[str, typer.Argument(metavar="NAME", help="Environment name, e.g. my-env (package my-env, module my_env).")],
-    path: Annotated[Path, typer.Option("--path", "-p", help="Folder that holds environment packages.")] = Path("environments"),
+    name: Annotated[str, typer.Argument(
+        metavar="NAME", help="Environment name, e.g. my-env (package my-env, module my_env).")],
+    path: Annotated[Path, typer.Option(
+        "--path", "-p", help="Folder that holds environment packages.")] = Path("environments"),
 ) -> None:
     """Create PATH/<module>/ for environment NAME: pyproject.toml, <module>.py with a working
     `load_environment`, and a README whose TODO sections you fill in."""

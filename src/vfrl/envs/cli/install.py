@@ -120,9 +120,13 @@ def provided_environments(dist_names: set[str]) -> list[str]:
 @app.command()
 def install(
     name: Annotated[Optional[str], typer.Argument(
-        metavar="NAME", help="Environment name (installs ./environments/<name>), a .whl file, a git URL or a package index name.")] = None,
+        metavar="NAME",
+        help="Environment name (installs ./environments/<name>), a .whl file, a git URL or a package index "
+             "name.")] = None,
     path: Annotated[Optional[Path], typer.Option("--path", "-p", help="Install the package in this folder.")] = None,
-    editable: Annotated[bool, typer.Option("--editable/--no-editable", help="Folders install editable (your edits apply without reinstalling).")] = True,
+    editable: Annotated[bool, typer.Option(
+        "--editable/--no-editable",
+        help="Folders install editable (your edits apply without reinstalling).")] = True,
     no_deps: Annotated[bool, typer.Option("--no-deps", help="Do not install the package's dependencies.")] = False,
 ) -> None:
     """Install an environment into this Python (`python -m pip install`) and print the environment ids it provides."""
