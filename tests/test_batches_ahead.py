@@ -125,7 +125,7 @@ def test_a_resumed_run_with_a_smaller_k_regenerates_what_is_too_stale_for_it():
     assert trainer.resume(Path("ckpt")) == (4, [])  # ranks > 0 keep none
     trainer.ranks = SimpleNamespace(is_main=True)
     trainer.env = SimpleNamespace(dataset=[0] * 8)
-    trainer.training_state = lambda step: SimpleNamespace(seed=0, examples_per_step=2)
+    trainer.training_state = lambda step: SimpleNamespace(seed=0, examples_per_step=2, dataset_size=8)
     trainer.paths = SimpleNamespace(metrics=Path("/nonexistent/metrics.jsonl"))
     trainer.console = SimpleNamespace(info=lambda line: None, warn=lambda line: None)
     step, pending = trainer.resume(Path("ckpt"))

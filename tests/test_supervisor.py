@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from test_faults_e2e import vllm_server_pid
 from vfrl.inference.supervisor import ENGINE_CORE
 from vfrl.proc_table import group_members, pid_alive
 
@@ -123,9 +124,7 @@ def real_tree(tmp_path: Path, tiny_model) -> tuple:
     served = vf_vllm(config, port, "k", tmp_path / "inference.log")
     served.__enter__()
     supervisor = int((tmp_path / "inference.pid").read_text())
-    children = subprocess.run(["pgrep", "-P", str(supervisor)], capture_output=True, text=True).stdout.split()
-    [server] = [int(pid) for pid in children
-                if b"vfrl.inference.reaper" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    server = vllm_server_pid(tmp_path)  # vf-vllm's child beside its reaper
     log = tmp_path / "inference.log"
     engine = int(wait_until(lambda: (t := log.read_text()).count("engine core is pid ") and
                             t.split("engine core is pid ")[1].split()[0], 60, "the engine core named in the log"))

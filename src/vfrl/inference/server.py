@@ -27,7 +27,7 @@ import typer
 from vfrl.config import load_config
 from vfrl.inference import vllm_version
 from vfrl.inference.endpoints import client_host, route_path
-from vfrl.inference.lora_ranks import lora_rank_ceiling
+from vfrl.inference.lora_ranks import adapters_served, lora_rank_ceiling
 from vfrl.inference.reload_route import RELOAD_MIDDLEWARE
 
 API_KEY_ENV = "VFRL_API_KEY"
@@ -246,10 +246,6 @@ def config_argv(cfg, port: int | None = None) -> list[str]:
                        lora_rank_ceiling(cfg.args.lora_rank) if cfg.serves_adapters else None, extra,
                        max_loras=adapters_served(cfg.args.num_batches_ahead))
 
-
-def adapters_served(num_batches_ahead: int) -> int:
-    """Adapters vLLM holds at once: one per policy a batch in flight samples from, and the one just loaded."""
-    return max(2, num_batches_ahead + 1)
 
 
 def main() -> None:

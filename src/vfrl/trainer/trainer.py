@@ -78,7 +78,7 @@ class RLTrainer:
         self.pipeline: Pipeline | None = None  # rank 0's, made when the loop starts
 
     # ---- checkpoints (checkpoint.py) ----
-    def resume(self, path: Path) -> tuple[int, Batch | None]:
+    def resume(self, path: Path) -> tuple[int, list[Batch]]:
         """Load checkpoint `path` into the learner; returns (step, the pending batches this run may train on)."""
         state, pending = self.learner.load(path)
         if not self.ranks.is_main:  # the data position and pending batches matter on rank 0, which generates
@@ -87,10 +87,11 @@ class RLTrainer:
         k = self.args.num_batches_ahead
         within = [state.step + i - b.policy_version <= k for i, b in enumerate(pending)]
         pending = pending[:within.index(False)] if False in within else pending
-        changed = [f"{k} {old} -> {new}" for k, old, new in (
-            ("seed", state.seed, self.training_state(0).seed),
-            ("examples per step", state.examples_per_step, self.training_state(0).examples_per_step),
-            ("dataset size", state.dataset_size, len(self.env.dataset)))
+        now = self.training_state(state.step)
+        changed = [f"{name} {old} -> {new}" for name, old, new in (
+            ("seed", state.seed, now.seed),
+            ("examples per step", state.examples_per_step, now.examples_per_step),
+            ("dataset size", state.dataset_size, now.dataset_size))
             if old != new]
         if changed:
             self.console.warn(f"resuming {path} with a different data setup ({', '.join(changed)}): "

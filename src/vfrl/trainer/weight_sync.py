@@ -23,6 +23,7 @@ import httpx
 from vfrl.config import RLConfig
 from vfrl.run_dir import RunDir, atomic_directory
 from vfrl.inference.endpoints import server_root
+from vfrl.inference.lora_ranks import adapters_served
 from vfrl.inference.reload_route import RELOAD_PATH, STAGE_PATH
 from vfrl.trainer.push_files import merged_state_dict, save_adapter, tied_once
 from vfrl.trainer.safetensors_rewrite import save_file
@@ -247,8 +248,6 @@ def weight_sync_for(config: RLConfig, paths: RunDir, base_url: str, api_key: str
     """The run's sync: adapters under <run_dir>/adapters (use_lora), else full weights under <run_dir>/weights
     (use_lora = false, or LoRA merged into them: lora_sync = "merged")."""
     if config.serves_adapters:
-        from vfrl.inference.server import adapters_served
-
         paths.adapters.mkdir(parents=True, exist_ok=True)
         return AdapterSync(base_url, api_key, paths.adapters, keep=adapters_served(config.args.num_batches_ahead))
     paths.weights.mkdir(parents=True, exist_ok=True)
