@@ -17,6 +17,7 @@ exits with them):
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import shlex
 import traceback
@@ -83,10 +84,20 @@ def unretrieved_errors_to(log: Path):
 
 def describe(error: BaseException) -> str:
     """An error in a few words: the message alone for errors vfrl words for users (`worded_for_users`,
-    e.g. an environment that does not load), else its type and message."""
+    e.g. an environment that does not load), else its type and message, said to be a full disk where it is one."""
     if getattr(error, "worded_for_users", False):
         return str(error)
-    return f"{type(error).__name__}: {error}"
+    said = f"{type(error).__name__}: {error}"
+    return f"the disk is full ({said})" if disk_full(error) else said
+
+
+def disk_full(error: BaseException | None) -> bool:
+    """ENOSPC, from Python or worded by a library that wraps it (safetensors, torch.save), or behind `error`."""
+    while error is not None:
+        if getattr(error, "errno", None) == errno.ENOSPC or "No space left on device" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def resume_hint(checkpoint: Path) -> str:
