@@ -68,14 +68,14 @@ def loop(k: int, max_steps: int, seed: int = 0, save_steps: int | None = None, p
     trainer.cfg, trainer.args, trainer.learner = SimpleNamespace(args=args), args, learner
     trainer.ranks = SimpleNamespace(active=False)
     trainer.start_step = pending[0].step if pending else 0
-    trainer.pending_batches, trainer.unlogged = list(pending), None
+    trainer.pending_batches, trainer.unlogged, trainer.restart_note = list(pending), None, {}
     trainer.sync = SimpleNamespace(drain_before_push=False, name_of=lambda v: f"policy-{v}")
     trainer.run_log = SimpleNamespace(step=lambda *a: None, tracker=SimpleNamespace(finish=lambda: None))
     trainer.save = lambda step, batches: saved.append((step, [(b.step, b.policy_version) for b in batches])) or 0.0
     torch_thread = TorchThread()
     pipe = FakePipeline(torch_thread, seed)
     try:
-        asyncio.run(trainer._train(pipe))
+        asyncio.run(trainer._train(pipe, trainer.start_step, trainer.pending_batches))
     finally:
         torch_thread.join()
     return trainer, pipe, trained, saved

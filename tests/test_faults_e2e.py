@@ -1,10 +1,12 @@
-"""The vLLM server lost mid-run, for real (tmux, the vLLM CPU server, the trainer; issue 9, item 2).
+"""The vLLM server lost mid-run, for real (tmux, the vLLM CPU server, the trainer; issue 9, item 2; issue 42).
 
 Killed (-9) or hung (SIGSTOP) while the trainer trains with save_strategy = "no" (the quick start's):
-the trainer notices within seconds (hung: after inference_timeout), writes an emergency checkpoint,
-prints one line naming the cause, the inference log and the exact `vf-rl ... --resume` command, and
-exits 3; the inference pane ends every process the server started (vLLM's engine core), `vf-rl
-status` says the inference pane exited, and the printed command continues the run.
+- killed, with restarts left (inference.max_restarts): vf-vllm starts it again, the trainer waits for it, pushes
+  its policy and goes on; no step is lost or trained twice, and the restart is in metrics and `vf-rl status`;
+- hung, or killed with no restart left: the trainer notices within seconds (hung: after inference_timeout),
+  writes an emergency checkpoint, prints one line naming the cause, the inference log and the exact
+  `vf-rl ... --resume` command, and exits 3; the inference pane ends every process the server started
+  (vLLM's engine core), `vf-rl status` says the inference pane exited, and the printed command continues the run.
 """
 
 import shlex
@@ -94,24 +96,31 @@ def assert_lost_server_handled(tmp: Path, run_dir: Path, socket_name: str, cause
     return line
 
 
-def stop_the_server(run_dir: Path, sig: str) -> set:
-    """Once two steps are logged, send `sig` to vLLM's server and everything it started; returns those processes."""
+def stop_the_server(run_dir: Path, sig: str, victim=vllm_server_pid) -> set:
+    """Once two steps are logged, send `sig` to vLLM's server and everything it started (hung) or to `victim(run_dir)`
+    (killed: the API server, by default); returns the server's processes."""
     logged = len(read_metrics(run_dir)) if (run_dir / "metrics.jsonl").exists() else 0
     while len(read_metrics(run_dir)) < logged + 2:
         time.sleep(0.2)
     server = vllm_server_pid(run_dir)
     engine = procs.pane_processes([server])  # the server, its engine core and whatever that started
     assert len(engine) >= 2
-    # hung: the whole server; killed: its API process
-    for pid in [p.pid for p in engine] if sig == "STOP" else [server]:
+    for pid in [p.pid for p in engine] if sig == "STOP" else [victim(run_dir)]:
         subprocess.run(["kill", f"-{sig}", str(pid)])
     return engine
 
 
-def test_vllm_hung_then_killed_mid_run_keeps_the_training_and_resume_continues(tmp_path, tiny_model, socket_name):
-    """One run, two faults (one vLLM start-up saved): the server hangs (SIGSTOP of all its processes) and is
-    given up on after inference_timeout; the printed command resumes the run, whose server is then killed (-9)."""
-    cfg, run_dir = start_run(tmp_path, tiny_model, socket_name, "--trainer.args.inference_timeout", "10")
+def engine_core(run_dir: Path) -> int:
+    """The newest engine core vf-vllm named in the run's inference log."""
+    return int((run_dir / "logs" / "inference.log").read_text().split("engine core is pid ")[-1].split()[0])
+
+
+def test_vllm_hung_killed_and_killed_again_mid_run(tmp_path, tiny_model, socket_name):
+    """One run, three faults (vLLM start-ups saved): the server hangs (SIGSTOP of all its processes) and is given up on
+    after inference_timeout; the printed command resumes the run; its engine core is killed (-9: the OOM killer's
+    pick) and vf-vllm starts the server again, the run goes on; killed again with no restart left, the run stops."""
+    cfg, run_dir = start_run(tmp_path, tiny_model, socket_name, "--trainer.args.inference_timeout", "10",
+                             "--inference.max_restarts", "1")
     engine = stop_the_server(run_dir, "STOP")
     line = assert_lost_server_handled(tmp_path, run_dir, socket_name, "has not answered", detected_in=90)
     assert not procs.alive(engine)
@@ -125,9 +134,38 @@ def test_vllm_hung_then_killed_mid_run_keeps_the_training_and_resume_continues(t
                              timeout=600)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-2000:]
 
+    # the engine core killed: vf-vllm ends that server and starts another, the trainer waits for it and goes on
+    engine = stop_the_server(run_dir, "9", victim=engine_core)
+    restarts = run_dir / "inference.restarts.jsonl"
+    wait_for(restarts, 30, run_dir)
+    deadline = time.monotonic() + 20
+    while procs.alive(engine) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not procs.alive(engine), procs.describe(engine)  # nothing of the dead server is left
+    status = subprocess.run([VF_RL, "status", "--tmux-socket", socket_name], capture_output=True, text=True).stdout
+    assert "trainer running, inference running (vLLM started again 1x)" in status, status
+    healed = wait_for_metrics(run_dir, lambda m: "inference_restarts" in m, 300)
+    assert healed["inference_restarts"] == 1 and healed["policy_version"] == healed["step"] - 1, healed
+    assert not (run_dir / "trainer.exitcode").exists()
+    wait_for_metrics(run_dir, lambda m: m.get("step", 0) >= healed["step"] + 2, 120)  # trains on after it
+
+    # killed again, no restart left: the run stops as without restarts
     engine = stop_the_server(run_dir, "9")
-    assert_lost_server_handled(tmp_path, run_dir, socket_name, "exited", detected_in=60)
+    assert_lost_server_handled(tmp_path, run_dir, socket_name, "after vf-vllm had started it again 1x",
+                               detected_in=60)
     assert not procs.alive(engine)
     steps = [m["step"] for m in read_metrics(run_dir) if "loss" in m]
-    # went on from the checkpoint
-    assert steps == list(range(1, len(steps) + 1)) and len(steps) >= done + 2, (done, steps)
+    # went on from the checkpoint, and through the restart without a step lost or trained twice
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) >= healed["step"] + 2, (done, healed, steps)
+    assert "vf-vllm: the vLLM server exited (137) again after 1 restart(s)" in (
+        run_dir / "logs" / "inference.log").read_text()
+
+
+def wait_for_metrics(run_dir: Path, found, timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    while not (hits := [m for m in read_metrics(run_dir) if found(m)]):
+        if time.monotonic() > deadline or (run_dir / "trainer.exitcode").exists():
+            logs = {p.name: p.read_text()[-3000:] for p in (run_dir / "logs").glob("*.log")}
+            pytest.fail(f"no such metrics line within {timeout:.0f}s: {logs}")
+        time.sleep(0.5)
+    return hits[0]

@@ -7,6 +7,7 @@ ways in test_faults_e2e.py (the supervisor, mid-run) and below (the engine core 
 is not touched: a server of its own).
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -28,15 +29,28 @@ if os.environ.get("IGNORE_TERM"):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 engine = subprocess.Popen([{ENGINE_CORE!r}, "-c", "import time; time.sleep(600)"], executable=sys.executable)
 print(engine.pid, flush=True)
+if os.environ.get("HEALTH_PORT"):  # serves: /health answers 200
+    import http.server
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+        def log_message(self, *a):
+            pass
+    http.server.HTTPServer(("127.0.0.1", int(os.environ["HEALTH_PORT"])), Health).serve_forever()
 time.sleep(600)
 """
 
-# vf-vllm's part: run_supervised over the stand-in server; prints the server's pid (its group), then its exit code
+# vf-vllm's part: run_supervised over the stand-in server; prints the server's pid (its group), then its exit code.
+# With HEALTH_PORT set, the stand-in answers /health there; vf-vllm asks HEALTH_URL and starts a server that answered
+# it again up to MAX_RESTARTS times.
 SUPERVISOR = f"""
-import sys
+import os, sys
 from vfrl.inference.supervisor import run_supervised
 code = run_supervised([sys.executable, "-c", {FAKE_SERVER!r}], env=None,
-                      started=lambda pid: print("server", pid, flush=True))
+                      started=lambda pid: print("server", pid, flush=True),
+                      health_url=os.environ.get("HEALTH_URL"),
+                      max_restarts=int(os.environ.get("MAX_RESTARTS", "0")), restarts_log=os.environ.get("RESTARTS"))
 print("exit", code, flush=True)
 """
 
@@ -50,16 +64,24 @@ def wait_until(check, timeout: float, what: str, poll: float = 0.1):
     return value
 
 
-def start_supervised(tmp_path: Path, hangs_on_term: bool = True) -> tuple[subprocess.Popen, int, int, Path]:
+def start_supervised(tmp_path: Path, hangs_on_term: bool = True, **env_extra) -> tuple[subprocess.Popen, int, int,
+                                                                                      Path]:
     """(vf-vllm stand-in, server group, engine core pid, its output file)."""
     out = tmp_path / "supervisor.out"
-    env = {**os.environ, **({"IGNORE_TERM": "1"} if hangs_on_term else {})}
+    env = {**os.environ, **({"IGNORE_TERM": "1"} if hangs_on_term else {}), **env_extra}
     proc = subprocess.Popen([sys.executable, "-c", SUPERVISOR], stdout=open(out, "w"), stderr=subprocess.STDOUT,
                             start_new_session=True, env=env)
-    lines = wait_until(lambda: (t := out.read_text().split()) and len(t) >= 3 and t, 60, "the server start")
-    pgid, engine = int(lines[1]), int(lines[2])
-    wait_until(lambda: f"vLLM's engine core is pid {engine}" in out.read_text(), 30, "the engine core seen")
+    pgid, engine = wait_until(lambda: (found := started(out)) and found[0], 60, "the server start")
     return proc, pgid, engine, out
+
+
+def started(out: Path) -> list[tuple[int, int]]:
+    """(server pid, its engine core's pid) per server start, from what the stand-ins print and vf-vllm logs (the
+    two processes write to the same file, in either order)."""
+    text = out.read_text()
+    servers = [int(line.split()[1]) for line in text.splitlines() if line.startswith("server ")]
+    engines = [int(line.split()[-1]) for line in text.splitlines() if "engine core is pid " in line]
+    return list(zip(servers, engines))
 
 
 def cleanup(pgid: int, proc: subprocess.Popen) -> None:
@@ -81,6 +103,53 @@ def test_a_dead_engine_core_ends_the_server_at_once(tmp_path):
         text = out.read_text()
         assert f"vLLM's engine core (pid {engine}) exited while the server ran; ending the server" in text, text
         assert "exit 137" in text and took < 10, (took, text)
+    finally:
+        cleanup(pgid, proc)
+
+
+def test_a_server_that_dies_while_serving_is_started_again_up_to_max_restarts(tmp_path):
+    """Its engine core killed while /health answered: the group ended, a new server started and recorded; killed
+    again with no restart left: vf-vllm exits with the server's code."""
+    from vfrl.testing import free_port
+
+    restarts, port = tmp_path / "restarts.jsonl", free_port()
+    proc, pgid, engine, out = start_supervised(tmp_path, False, HEALTH_PORT=str(port), MAX_RESTARTS="1",
+                                               HEALTH_URL=f"http://127.0.0.1:{port}/health", RESTARTS=str(restarts))
+    second = None
+    try:
+        time.sleep(1.5)  # vf-vllm sees /health answer
+        os.kill(engine, signal.SIGKILL)
+        second, engine2 = wait_until(lambda: len(found := started(out)) > 1 and found[1], 30,
+                                     "the server started again")
+        assert second != pgid and group_members(pgid) == []  # the first server is gone whole
+        record = json.loads(restarts.read_text())
+        assert record["restart"] == 1 and record["max_restarts"] == 1 and record["exit_code"] == 143, record
+        assert "after serving for" in out.read_text() and "starting it again (1 of 1" in out.read_text()
+        time.sleep(1.5)
+        os.kill(engine2, signal.SIGKILL)
+        proc.wait(timeout=30)
+        text = out.read_text()
+        assert "exit 143" in text and "again after 1 restart(s)" in text and group_members(second) == [], text
+        assert len(restarts.read_text().splitlines()) == 1
+    finally:
+        cleanup(pgid, proc)
+        if second:
+            cleanup(second, proc)
+
+
+def test_a_server_that_dies_before_it_served_is_not_started_again(tmp_path):
+    """/health never answered (a bad flag, a model that does not fit): starting it again would fail the same way."""
+    from vfrl.testing import free_port
+
+    # nothing answers there: the stand-in serves no /health without HEALTH_PORT
+    proc, pgid, engine, out = start_supervised(tmp_path, False, MAX_RESTARTS="2", RESTARTS=str(tmp_path / "r.jsonl"),
+                                               HEALTH_URL=f"http://127.0.0.1:{free_port()}/health")
+    try:
+        os.kill(engine, signal.SIGKILL)
+        proc.wait(timeout=30)
+        text = out.read_text()
+        assert "exit 143" in text and "before it served; not starting it again" in text, text
+        assert not (tmp_path / "r.jsonl").exists()
     finally:
         cleanup(pgid, proc)
 
@@ -132,19 +201,16 @@ def real_tree(tmp_path: Path, tiny_model) -> tuple:
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("victim", ["engine core", "vf-vllm"])
-def test_real_vllm_tree_is_gone_within_seconds_of_a_kill(tmp_path, tiny_model, victim):
-    """kill -9 of the engine core (the OOM killer's likeliest pick) or of vf-vllm itself: within seconds no
-    process of the server is left (the engine core: vf-vllm ends the API server, which could hang without it;
-    vf-vllm: its reaper ends the server's group)."""
+def test_real_vllm_tree_is_gone_within_seconds_of_a_kill_of_vf_vllm(tmp_path, tiny_model):
+    """kill -9 of vf-vllm itself: within seconds no process of the server is left (its reaper ends the server's
+    group). The real engine core killed mid-run: test_faults_e2e.py (vf-vllm ends that server and starts another)."""
     served, supervisor, server, engine = real_tree(tmp_path, tiny_model)
     try:
         t0 = time.monotonic()
-        os.kill(engine if victim == "engine core" else supervisor, signal.SIGKILL)
+        os.kill(supervisor, signal.SIGKILL)
         wait_until(lambda: group_members(server) == [] and not pid_alive(supervisor), 20, "the tree's end")
         took = time.monotonic() - t0
-        said = (f"vLLM's engine core (pid {engine}) exited while the server ran" if victim == "engine core" else
-                f"vf-vllm (pid {supervisor}) is gone; its reaper ended")  # written once the group is gone
+        said = f"vf-vllm (pid {supervisor}) is gone; its reaper ended"  # written once the group is gone
         wait_until(lambda: said in (tmp_path / "inference.log").read_text(), 10, "the log line")
         assert took < 20
     finally:

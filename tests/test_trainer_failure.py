@@ -41,7 +41,8 @@ def trainer(tmp_path, tiny_model, monkeypatch):
     learner = SimpleNamespace(policy=model, optimizer=opt, scheduler=sched, steps_done=0, in_step=False)
     t = SimpleNamespace(learner=learner, checkpoints_dir=run_dir / "checkpoints", run_dir=run_dir,
                         log_file=run_dir / "logs" / "trainer.log", base_url="http://127.0.0.1:9/v1",
-                        inference_pid_file=run_dir / "inference.pid", training_state=state, unlogged=None)
+                        inference_pid_file=run_dir / "inference.pid", training_state=state, unlogged=None,
+                        restart_note={})
     t.keep_trained = lambda: RLTrainer.keep_trained(t)
     return t
 

@@ -79,6 +79,11 @@ class InferenceConfig(Strict):
         "auto", description="Serve vLLM's scale-out routes (`--enable-scale-out`: `/inference/v1/generate`, "
         "`/render`, behind the API key), which verifiers 0.4 environments sample through. auto: on when env.id "
         "is a verifiers package (its distribution requires verifiers, or its source imports it).")
+    max_restarts: int = Field(
+        2, ge=0, description="When the vLLM server vf-rl started dies mid-run (killed, the OOM killer, a crash of its "
+        "engine), vf-vllm starts it again up to this many times and the trainer pushes its current policy and goes on "
+        "(docs/reliability.md). A server that dies before it ever served is not started again. 0: the run stops, as "
+        "with a remote server.")
     # ---- a server vf-rl did not start (inference/remote.py, docs/scaling.md) ----
     base_url: str | None = Field(
         None, description="The OpenAI base URL of a vLLM server vf-rl did not start (\"http://host:8000/v1\"): vf-rl "

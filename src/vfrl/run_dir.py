@@ -4,6 +4,7 @@
     .api_key  .environment         secrets the panes read at start, deleted once they have (pane_env.py)
     {inference,trainer}.sh         the pane scripts; {inference,trainer}.exitcode: their commands' exit codes
     inference.pid  trainer.pid     vf-vllm's supervisor and vf-train's rank 0
+    inference.restarts.jsonl       each time vf-vllm started a dead server again (inference.max_restarts)
     logs/{inference,trainer}.log   what each pane printed
     metrics.jsonl                  one line per step and per eval (metrics.discarded.jsonl: steps a resume redid)
     rollouts/                      step_N.jsonl and eval_step_N.jsonl
@@ -55,6 +56,19 @@ class RunDir:
     @property
     def inference_pid(self) -> Path:
         return self.path / "inference.pid"
+
+    @property
+    def inference_restarts(self) -> Path:
+        """One JSON line per restart of the vLLM server by vf-vllm (inference.max_restarts)."""
+        return self.path / "inference.restarts.jsonl"
+
+    def server_restarts(self) -> list[dict[str, Any]]:
+        """The restarts recorded by the run's vf-vllm now (its pid file's): a resumed run's file keeps earlier ones."""
+        try:
+            since = self.inference_pid.stat().st_mtime
+            return [r for r in read_jsonl(self.inference_restarts) if r.get("time", 0) >= since]
+        except OSError:
+            return []
 
     @property
     def trainer_pid(self) -> Path:

@@ -221,18 +221,20 @@ def serve(
     if pid_file:  # this process, not the server: it lives until the server and all it started are gone
         pid_file.write_text(str(os.getpid()))
     started = None
+    health = f"http://{client_host(cfg.inference.host)}:{port or cfg.inference.port}/health"
     if _cpu_build():  # the CPU build: the server and its engine core stay on vLLM's cores; once it serves, the
         from vfrl.cpu_cores import free_api_server, pin  # API server alone goes back to every core (cpu_cores.py)
 
         given = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
         if (pinned := pin(os.environ.get("VLLM_CPU_OMP_THREADS_BIND"))) and pinned != given:
-            health = f"http://{client_host(cfg.inference.host)}:{port or cfg.inference.port}/health"
             started = lambda pid: free_api_server(pid, given, health)  # noqa: E731
     print("vf-vllm:", " ".join(argv[1:]), flush=True)
     from vfrl.inference.supervisor import run_supervised
+    from vfrl.run_dir import RunDir
 
     raise typer.Exit(run_supervised(argv, server_env(dict(os.environ), not cfg.serves_adapters, argv),
-                                    started=started))
+                                    started=started, health_url=health, max_restarts=cfg.inference.max_restarts,
+                                    restarts_log=RunDir(pid_file.parent).inference_restarts if pid_file else None))
 
 
 def config_argv(cfg, port: int | None = None) -> list[str]:

@@ -13,15 +13,22 @@ Two deaths the server does not handle itself:
   whole inference_timeout. vf-vllm watches the engine core and ends the server as soon as it is gone.
 - vf-vllm's own (kill -9, the OOM killer): nothing of it is left to end the group, so a reaper process
   (reaper.py), started beside the server, ends the group when vf-vllm is gone.
+
+A server that dies while it serves, not asked to (killed, the OOM killer, its engine core gone), is started
+again, up to `max_restarts` times (inference.max_restarts), each time written as a line to `restarts_log`, which
+the trainer reads to wait for it instead of stopping (trainer/inference_watch.py). One that dies before it ever answered
+/health (a bad flag, a model that does not fit) would only die again: vf-vllm exits with its code, as before.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 from vfrl.proc_table import group_members
@@ -71,10 +78,29 @@ def engine_cores(pgid: int) -> set[int]:
     return found
 
 
-def wait_watching_engine(proc: subprocess.Popen, say, stopping, poll: float = 0.5) -> int:
+class Serving:
+    """Has the server answered `health_url` with 200 since it started? Asked each poll until it has (then cached)."""
+
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through an http_proxy
+
+    def __init__(self, health_url: str | None):
+        self.health_url, self.since = health_url, None
+
+    def __call__(self) -> bool:
+        if self.since is None and self.health_url is not None:
+            try:
+                with self.direct.open(self.health_url, timeout=1) as reply:
+                    if reply.status == 200:
+                        self.since = time.monotonic()
+            except OSError:
+                pass
+        return self.since is not None
+
+
+def wait_watching_engine(proc: subprocess.Popen, say, stopping, poll: float = 0.5, serving=None) -> int:
     """proc.wait(), but once an engine core seen in the server's group is gone while the server still runs (and
     is not `stopping()`: asked to stop, when its engine ends first), end the group: the server without its engine
-    cannot serve, and may not notice (a hang at shutdown)."""
+    cannot serve, and may not notice (a hang at shutdown). `serving()`, when given, is asked each poll."""
     seen: set[int] = set()
     while True:
         try:
@@ -83,6 +109,8 @@ def wait_watching_engine(proc: subprocess.Popen, say, stopping, poll: float = 0.
             pass
         if stopping():
             return proc.wait()
+        if serving is not None:
+            serving()
         now = engine_cores(proc.pid)
         if gone := seen - now:
             if proc.poll() is not None or stopping():
@@ -102,28 +130,55 @@ def start_reaper(pgid: int) -> subprocess.Popen:
                             stdin=subprocess.DEVNULL, start_new_session=True)
 
 
-def run_supervised(argv: list[str], env: dict[str, str], say=print, started=None) -> int:
+def run_supervised(argv: list[str], env: dict[str, str], say=print, started=None, health_url: str | None = None,
+                   max_restarts: int = 0, restarts_log: Path | None = None) -> int:
     """Run `argv` as the leader of a new process group; return its exit code (128 + N for signal N).
-    `started(pid)`, when given, is called with the server's pid once it is running."""
-    proc = subprocess.Popen(argv, env=env, process_group=0)
-    start_reaper(proc.pid)
-    if started is not None:
-        started(proc.pid)
-
+    `started(pid)`, when given, is called with the server's pid each time it starts. A server that exits unasked
+    after it answered `health_url` is started again, up to `max_restarts` times (module docstring)."""
     asked: list[int] = []
+    running: list[subprocess.Popen] = []  # the server now
 
     def forward(signum, _frame):
         asked.append(signum)
-        _signal_group(proc.pid, signum)
-        if signum == signal.SIGTERM:
-            _signal_group(proc.pid, signal.SIGCONT)  # a stopped (hung) server would never see the TERM
+        for proc in running:
+            _signal_group(proc.pid, signum)
+            if signum == signal.SIGTERM:
+                _signal_group(proc.pid, signal.SIGCONT)  # a stopped (hung) server would never see the TERM
 
     for sig in FORWARDED:
         signal.signal(sig, forward)
-    code = wait_watching_engine(proc, say, stopping=lambda: bool(asked))
-    code = code if code >= 0 else 128 - code
-    left = end_group(proc.pid)
-    if left:
-        say(f"vf-vllm: the vLLM server exited ({code}); ended {len(left)} process(es) it left behind: "
-            + ", ".join(map(str, left)), flush=True)
-    return code
+    restarts = 0
+    while True:
+        proc = subprocess.Popen(argv, env=env, process_group=0)
+        running[:] = [proc]
+        if asked:  # a stop that came while the server was being started again
+            forward(asked[-1], None)
+        reaper = start_reaper(proc.pid)
+        if started is not None:
+            started(proc.pid)
+        serving = Serving(health_url)
+        code = wait_watching_engine(proc, say, stopping=lambda: bool(asked), serving=serving)
+        code = code if code >= 0 else 128 - code
+        again = not asked and restarts < max_restarts and serving.since is not None
+        if again:  # said before the clean-up below, so the trainer waits for the new server from the start
+            restarts += 1
+            served_s = time.monotonic() - serving.since
+            say(f"vf-vllm: the vLLM server exited ({code}) after serving for {served_s:.0f}s; starting it again "
+                f"({restarts} of {max_restarts}, inference.max_restarts)", flush=True)
+            if restarts_log is not None:
+                with open(restarts_log, "a") as f:
+                    f.write(json.dumps({"restart": restarts, "max_restarts": max_restarts, "exit_code": code,
+                                        "served_s": round(served_s, 1), "time": time.time()}) + "\n")
+        elif not asked and max_restarts and serving.since is None:
+            say(f"vf-vllm: the vLLM server exited ({code}) before it served; not starting it again", flush=True)
+        elif not asked and max_restarts:
+            say(f"vf-vllm: the vLLM server exited ({code}) again after {restarts} restart(s) "
+                f"(inference.max_restarts = {max_restarts}); giving up", flush=True)
+        left = end_group(proc.pid)
+        if left:
+            say(f"vf-vllm: the vLLM server exited ({code}); ended {len(left)} process(es) it left behind: "
+                + ", ".join(map(str, left)), flush=True)
+        if not again or asked:
+            return code
+        reaper.kill()  # its group is empty; the next server gets a reaper of its own
+        reaper.wait()

@@ -131,6 +131,8 @@ def status_line(srv: libtmux.Server, session: str, run_dir: Path) -> str:
         inference = f"remote at {remote}"
     else:
         inference = describe_pane(tmux.pane_state(srv, session, "inference"), paths.exit_code("inference"))
+        if restarted := len(paths.server_restarts()):
+            inference += f" (vLLM started again {restarted}x)"
     m = last_metrics(run_dir)
     progress = (f"step {m['step']}/{m['max_steps']}, reward {m['reward_mean']:.3f}" if m
                 else "no step yet")

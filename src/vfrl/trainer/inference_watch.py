@@ -6,6 +6,10 @@ with hundreds of lines of connection tracebacks), and of a hung one (SIGSTOP, a 
 every second and at `/health`; the server is lost when its process is gone, or when `/health` has not
 answered for `inference_timeout` seconds. The trainer then writes an emergency checkpoint and stops
 with one line (trainer/cli.py).
+
+A server vf-vllm is starting again (it died while it served: inference.max_restarts, inference/supervisor.py)
+is not lost: vf-vllm writes each restart to <run_dir>/inference.restarts.jsonl, the watch then gives the new
+server the start-up's time, and the trainer waits for it and goes on (RLTrainer.heal).
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ import httpx
 
 from vfrl.inference.endpoints import server_root
 from vfrl.proc_table import pid_alive
+from vfrl.run_dir import RunDir
+
+START_TIMEOUT = 900.0  # seconds a server (vf-vllm's, at launch or started again) may take to answer /health
 
 
 class InferenceLost(RuntimeError):
@@ -33,26 +40,63 @@ def server_pid(pid_file: Path | None) -> int | None:
 
 def process_gone(pid_file: Path | None) -> str | None:
     pid = server_pid(pid_file)
-    return f"the vLLM server (pid {pid}) exited" if pid is not None and not pid_alive(pid) else None
+    if pid is None or pid_alive(pid):
+        return None
+    return f"the vLLM server (pid {pid}) exited{restarted(pid_file)}"
+
+
+def restarted(pid_file: Path | None) -> str:
+    """' after vf-vllm had started it again Nx', or nothing."""
+    return f" after vf-vllm had started it again {n}x" if (n := len(restarts(pid_file))) else ""
+
+
+def restarts(pid_file: Path | None) -> list[dict]:
+    """The restarts the run's vf-vllm recorded (none for a server vf-rl did not start)."""
+    return RunDir(pid_file.parent).server_restarts() if pid_file else []
 
 
 async def watch_inference(base_url: str, pid_file: Path | None, unresponsive_s: float, poll: float = 1.0) -> None:
-    """Return never; raise InferenceLost once the server is gone or has not answered /health for `unresponsive_s`."""
+    """Return never; raise InferenceLost once the server is gone or has not answered /health for `unresponsive_s`
+    (START_TIMEOUT while vf-vllm starts it again)."""
     health = f"{server_root(base_url)}/health"
-    last_answer = time.monotonic()
+    last_answer, restarted = time.monotonic(), len(restarts(pid_file))
     async with httpx.AsyncClient(timeout=min(5.0, unresponsive_s)) as http:
         while True:
             if gone := process_gone(pid_file):
                 raise InferenceLost(gone)
             try:
                 if (await http.get(health)).status_code == 200:
-                    last_answer = time.monotonic()
+                    last_answer, restarted = time.monotonic(), len(restarts(pid_file))
             except httpx.HTTPError:
                 pass
-            if (silent := time.monotonic() - last_answer) > unresponsive_s:
+            silent = time.monotonic() - last_answer
+            limit = START_TIMEOUT if len(restarts(pid_file)) > restarted else unresponsive_s
+            if silent > limit:
                 raise InferenceLost(f"the vLLM server has not answered {health} for {silent:.0f}s "
-                                    f"(inference_timeout = {unresponsive_s:g})")
+                                    + (f"(inference_timeout = {unresponsive_s:g})" if limit == unresponsive_s
+                                       else "since vf-vllm started it again"))
             await asyncio.sleep(poll)
+
+
+async def restart_under_way(base_url: str, pid_file: Path | None, seen: int, max_restarts: int,
+                            notice_s: float = 30.0) -> dict | None:
+    """After the loop failed: is vf-vllm starting the server again (a restart after the first `seen`)? Its record,
+    or None when it is not: `max_restarts` spent, no restart recorded within `notice_s` while the server is silent
+    and vf-vllm alive, vf-vllm gone, or the server answering (then the failure was not the server's)."""
+    if seen >= max_restarts:  # vf-vllm starts no more
+        return None
+    t0 = time.monotonic()
+    async with httpx.AsyncClient(timeout=2.0) as http:
+        while len(done := restarts(pid_file)) <= seen:
+            if pid_file is None or process_gone(pid_file) or time.monotonic() > t0 + notice_s:
+                return None
+            try:  # asked after vf-vllm's own watch (0.5 s) has had time to see a dead engine core
+                if time.monotonic() > t0 + 3 and (await http.get(f"{server_root(base_url)}/health")).status_code == 200:
+                    return None
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.5)
+    return done[-1]
 
 
 def wait_for_server(base_url: str, timeout: float, inference_pid_file: Path | None = None) -> float:
@@ -81,6 +125,6 @@ def inference_problem(base_url: str, pid_file: Path | None) -> str | None:
             return None
         return f"the vLLM server at {server_root(base_url)} answers /health with an error"
     except httpx.ConnectError:  # nothing listens: the server process is gone (its supervisor may still be reaping)
-        return f"the vLLM server at {server_root(base_url)} exited (connection refused)"
+        return f"the vLLM server at {server_root(base_url)} exited (connection refused){restarted(pid_file)}"
     except httpx.HTTPError:
         return f"the vLLM server at {server_root(base_url)} does not answer"

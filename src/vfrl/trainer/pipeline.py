@@ -33,6 +33,17 @@ class Pipeline:
         self.sent = sent or SentRequests()
         self.loading: asyncio.Future | None = None  # vLLM's load of the newest policy pushed
         self.served: str | None = None  # the newest policy vLLM serves (GRPOTrainer.evaluate samples from it)
+        self.tasks: set[asyncio.Task] = set()  # the batches and evals in flight
+
+    def abandon(self) -> None:
+        """Stop every batch and eval in flight and the load (the server they talk to is gone)."""
+        for task in [*self.tasks, *([self.loading] if self.loading is not None else [])]:
+            task.cancel()
+
+    def _track(self, task: asyncio.Task) -> asyncio.Task:
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
 
     async def push(self, model, version: int, after: asyncio.Future | None = None) -> tuple[asyncio.Future, float]:
         """Make vLLM serve policy `version`. Returns its load, in flight (its result: the model name to request
@@ -67,7 +78,7 @@ class Pipeline:
 
     def generate(self, step: int, version: int) -> asyncio.Task:
         """Batch `step`, sampled from policy `version` once vLLM serves it (the newest push)."""
-        return asyncio.create_task(self._generate(self.loading, step, version))
+        return self._track(asyncio.create_task(self._generate(self.loading, step, version)))
 
     async def _generate(self, loading: asyncio.Future, step: int, version: int) -> Batch:
         name, load_s = await loading
@@ -89,4 +100,4 @@ class Pipeline:
         async def evaluate(loading):
             name, _ = await loading
             return await self.orchestrator.evaluate(name)
-        return version, asyncio.create_task(evaluate(self.loading))
+        return version, self._track(asyncio.create_task(evaluate(self.loading)))

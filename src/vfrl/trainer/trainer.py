@@ -13,7 +13,8 @@ The parts it joins, each in its own file:
     weight_sync.py      how a policy reaches vLLM (a LoRA adapter, merged weights, full weights)
     run_log.py          RunLog: metrics.jsonl, rollout files, console, wandb
     checkpoint.py       checkpoints and resume; failure.py: the one line and what is kept when the run cannot go on
-    inference_watch.py  the vLLM server, watched beside the loop
+    inference_watch.py  the vLLM server, watched beside the loop; when vf-vllm starts a dead one again, heal() waits
+                        for it and the loop goes on from the steps trained
     distributed.py      several processes (accelerate launch --num-processes N): rank 0 runs this loop and hands
                         each batch to the others, which only train (_follow)
 """
@@ -37,7 +38,9 @@ from vfrl.trainer.failure import (
     EXIT_ERROR, EXIT_INFERENCE_LOST, HungUp, TrainingStopped, as_typed, describe, log_traceback, resume_hint,
     unretrieved_errors_to,
 )
-from vfrl.trainer.inference_watch import InferenceLost, inference_problem, wait_for_server, watch_inference
+from vfrl.trainer.inference_watch import (
+    START_TIMEOUT, InferenceLost, inference_problem, restart_under_way, restarts, wait_for_server, watch_inference,
+)
 from vfrl.trainer.learner import Learner
 from vfrl.trainer.orchestrator import Batch, Orchestrator
 from vfrl.trainer.pipeline import SERVER_CALLS, Pipeline
@@ -76,6 +79,7 @@ class RLTrainer:
         self.run_log = RunLog(paths, self.args, self.console,
                               config.model_dump(mode="json") if self.ranks.is_main else None)
         self.pipeline: Pipeline | None = None  # rank 0's, made when the loop starts
+        self.restart_note: dict = {}  # vLLM started again before the next step: said in that step's metrics line
 
     # ---- checkpoints (checkpoint.py) ----
     def resume(self, path: Path) -> tuple[int, list[Batch]]:
@@ -198,19 +202,27 @@ class RLTrainer:
         """The loop, with the vLLM server watched beside it (inference_watch.py): a server that dies or
         hangs stops the loop within seconds instead of at the next failed request or generation_timeout."""
         # a daemon thread: a Ctrl-C or `vf-rl stop` during vLLM's start-up must not wait for vLLM to come up
-        waited = await SERVER_CALLS.run(lambda: wait_for_server(self.base_url, 900, self.inference_pid_file))
+        waited = await SERVER_CALLS.run(lambda: wait_for_server(self.base_url, START_TIMEOUT,
+                                                                self.inference_pid_file))
         self.console.info(f"vLLM is up (waited {waited:.1f}s)")
         from openai import AsyncOpenAI
 
         sent = SentRequests()
         client = AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, timeout=self.args.generation_timeout,
                              max_retries=2, http_client=sent.client())
-        self.pipeline = Pipeline(self.sync, torch_thread, Orchestrator(self.env, client, self.args.generation), sent)
-        loop = asyncio.create_task(self._train(self.pipeline))
+        orchestrator = Orchestrator(self.env, client, self.args.generation)
+        self.pipeline = Pipeline(self.sync, torch_thread, orchestrator, sent)
+        seen = len(restarts(self.inference_pid_file))
+        loop = asyncio.create_task(self._train(self.pipeline, self.start_step, self.pending_batches))
         watch = asyncio.create_task(watch_inference(self.base_url, self.inference_pid_file,
                                                     self.args.inference_timeout))
         try:
             await asyncio.wait({loop, watch}, return_when=asyncio.FIRST_COMPLETED)
+            while loop.done() and not loop.cancelled() and loop.exception() and await self.heal(loop.exception(), seen):
+                seen = len(restarts(self.inference_pid_file))
+                self.pipeline = Pipeline(self.sync, torch_thread, orchestrator, sent)
+                loop = asyncio.create_task(self._train(self.pipeline, self.learner.steps_done, []))
+                await asyncio.wait({loop, watch}, return_when=asyncio.FIRST_COMPLETED)
             if not loop.done():  # the watch raised
                 loop.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):  # its errors follow from the lost server
@@ -225,17 +237,19 @@ class RLTrainer:
                 with contextlib.suppress(Exception):                    # resources (verifiers_v1.py), in this loop
                     await close()
 
-    async def _train(self, pipe: Pipeline) -> None:
+    async def _train(self, pipe: Pipeline, start: int, pending: list[Batch]) -> None:
+        """Train steps `start`.. (a resume's or a heal's: the steps done) on `pending` (batches sampled already)
+        and the batches it generates."""
         a, learner, torch_thread, k = self.args, self.learner, pipe.torch_thread, self.args.num_batches_ahead
-        version = self.start_step  # policy version == optimizer steps done; 0 is the base model
+        version = start  # policy version == optimizer steps done; 0 is the base model
         await pipe.push(learner.policy, version)  # resumed: the checkpoint's
         # the batches of the steps to come, sampled or being sampled, in step order: k of them ahead of training
-        ahead = deque(as_done(b) for b in self.pending_batches)  # resumed: what older policies sampled
-        for later in range(self.start_step + len(ahead), min(self.start_step + k, a.max_steps)):
+        ahead = deque(as_done(b) for b in pending)  # resumed: what older policies sampled
+        for later in range(start + len(ahead), min(start + k, a.max_steps)):
             ahead.append(pipe.generate(later, version))
         # eval of policy v runs in the background while step v+1 trains; it ends before policy v+1 is pushed
-        evaluation = pipe.start_eval(0) if self.start_step == 0 and is_eval_step(a.evaluation, 0) else None
-        for step in range(self.start_step, a.max_steps):
+        evaluation = pipe.start_eval(0) if start == 0 and is_eval_step(a.evaluation, 0) else None
+        for step in range(start, a.max_steps):
             if not ahead:  # num_batches_ahead = 0: this step's batch, from the policy just pushed
                 ahead.append(pipe.generate(step, version))
             t_step = time.time()
@@ -271,9 +285,36 @@ class RLTrainer:
         await pipe.loading  # the last policy is served when the run ends (eval, GRPOTrainer.evaluate)
         if evaluation is not None:
             self.run_log.eval(evaluation[0], *await evaluation[1])
-        if a.save_strategy == "steps" and a.max_steps > self.start_step:
+        if a.save_strategy == "steps" and a.max_steps > start:
             await torch_thread.run(self.save, a.max_steps, [])
         self.run_log.tracker.finish()
+
+    async def heal(self, error: BaseException, seen: int) -> bool:
+        """After the loop failed with `error`: if vf-vllm is starting its server again (it died while it served;
+        restarts after the first `seen`), wait until it serves and return True: the loop then goes on from the steps
+        trained, pushing the current policy and sampling the batches in flight again. False when no restart is under
+        way (the run stops as before), or with several ranks (each waits in a collective of its own)."""
+        if self.ranks.active:
+            return False
+        record = await restart_under_way(self.base_url, self.inference_pid_file, seen, self.cfg.inference.max_restarts)
+        if record is None:
+            return False
+        t0 = time.time()
+        log_traceback(self.log_file, error)  # what the server's death did to the loop, for the log
+        self.pipeline.abandon()
+        await self.pipeline.torch_thread.run(lambda: None)  # a step or a save in flight ends first
+        if self.unlogged:  # trained, its push lost with the server: its line now, its policy pushed again below
+            step, batch, stats, times = self.unlogged
+            self.run_log.step(step + 1, self.record(step, batch, stats, None, times), batch)
+            self.unlogged = None
+        done = self.learner.steps_done
+        self.console.warn(f"the vLLM server exited ({record['exit_code']}); vf-vllm is starting it again "
+                          f"({record['restart']} of {record['max_restarts']}, inference.max_restarts). The {done} "
+                          f"step(s) trained are kept; training goes on from step {done + 1} once it serves")
+        waited = await SERVER_CALLS.run(lambda: wait_for_server(self.base_url, START_TIMEOUT, self.inference_pid_file))
+        self.restart_note = {"inference_restarts": record["restart"], "restart_s": time.time() - t0}
+        self.console.info(f"vLLM serves again (waited {waited:.0f}s): pushing policy {done}, sampling its batch again")
+        return True
 
     def _follow(self) -> None:
         """Ranks > 0: rank 0's loop without vLLM and without writing: receive the batch, train, wait for the sync.
@@ -299,7 +340,9 @@ class RLTrainer:
     def record(self, step: int, batch: Batch, stats: dict, model_name: str | None, times: dict) -> dict:
         """metrics.jsonl's line for training step `step` (run_log.step_record)."""
         resumed = self.start_step if step == self.start_step and self.start_step > 0 else None
-        return step_record(step, batch, stats, model_name, times, self.args, resumed)
+        record = step_record(step, batch, stats, model_name, times, self.args, resumed) | self.restart_note
+        self.restart_note = {}
+        return record
 
 
 def as_done(batch: Batch) -> asyncio.Future:

@@ -113,7 +113,7 @@ class AdapterSync(WeightSync):
             unseen = ("; a vLLM server on another machine must read the trainer's run directory at the same path "
                       "(shared storage, docs/scaling.md)" if "No adapter found" in r.text else "")
             raise RuntimeError(f"vLLM refused adapter {name}: {r.status_code} {r.text}{unseen}")
-        self.loaded.append(name)
+        self.loaded = [n for n in self.loaded if n != name] + [name]  # pushed again: to a server started again (heal)
         while len(self.loaded) > self.keep:
             old = self.loaded.pop(0)
             self.http.post("/v1/unload_lora_adapter", json={"lora_name": old})
