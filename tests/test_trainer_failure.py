@@ -81,8 +81,8 @@ def test_a_full_disk_loses_no_checkpoint_and_is_said_in_one_sentence(trainer):
     good = save_checkpoint(trainer.checkpoints_dir, *model_of(trainer), state(2))
     trainer.learner.policy, trainer.learner.steps_done = DiskFull(trainer.learner.policy), 5
     said = trainer.keep_trained()
-    assert said == ("The emergency checkpoint could not be written ([Errno 28] No space left on device); "
-                    "the newest checkpoint is outputs/run/checkpoints/step-2")
+    assert said == ("The emergency checkpoint could not be written (the disk is full (OSError: [Errno 28] No space "
+                    "left on device)); the newest checkpoint is outputs/run/checkpoints/step-2")
     assert latest_checkpoint(trainer.checkpoints_dir) == good
     assert not list(trainer.checkpoints_dir.glob(".*"))  # the half-written one gave its space back
     assert "No space left on device" in trainer.log_file.read_text()

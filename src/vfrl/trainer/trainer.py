@@ -163,7 +163,7 @@ class RLTrainer:
                                        self.training_state(learner.steps_done))
             except Exception as e:  # e.g. the disk is full: the older checkpoints are whole (written atomically)
                 log_traceback(self.log_file, e)
-                return (f"The emergency checkpoint could not be written ({e})"
+                return (f"The emergency checkpoint could not be written ({describe(e)})"
                         + (f"; the newest checkpoint is {as_typed(latest)}" if latest else ""))
         return (f"Training up to step {learner.steps_done} is saved in {as_typed(path)}; "
                 f"continue with: {resume_hint(path)}")
