@@ -46,8 +46,12 @@ time.sleep(600)
 # it again up to MAX_RESTARTS times.
 SUPERVISOR = f"""
 import os, sys
+from vfrl.inference import supervisor
 from vfrl.inference.supervisor import run_supervised
-code = run_supervised([sys.executable, "-c", {FAKE_SERVER!r}], env=None,
+supervisor.TRAINER_GRACE_S = 1.0
+from pathlib import Path
+trainer_pid = Path(os.environ["TRAINER_PID"]) if "TRAINER_PID" in os.environ else None
+code = run_supervised([sys.executable, "-c", {FAKE_SERVER!r}], env=None, trainer_pid=trainer_pid,
                       started=lambda pid: print("server", pid, flush=True),
                       health_url=os.environ.get("HEALTH_URL"),
                       max_restarts=int(os.environ.get("MAX_RESTARTS", "0")), restarts_log=os.environ.get("RESTARTS"))
@@ -150,6 +154,33 @@ def test_a_server_that_dies_before_it_served_is_not_started_again(tmp_path):
         text = out.read_text()
         assert "exit 143" in text and "before it served; not starting it again" in text, text
         assert not (tmp_path / "r.jsonl").exists()
+    finally:
+        cleanup(pgid, proc)
+
+
+def test_the_server_is_stopped_once_the_trainer_is_gone_without_stopping_it(tmp_path):
+    """The trainer's pane died with it (its shell killed, the pane closed): no epilogue stops vLLM, so vf-vllm does,
+    once the vf-train named in trainer.pid has been gone for a grace period. A pid that is no vf-train is not
+    watched (a Slurm job's trainer on another node)."""
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "vf-train"])
+    (tmp_path / "trainer.pid").write_text(str(trainer.pid))
+    proc, pgid, engine, out = start_supervised(tmp_path, False, TRAINER_PID=str(tmp_path / "trainer.pid"))
+    try:
+        time.sleep(1)  # seen alive
+        trainer.kill()
+        trainer.wait()
+        proc.wait(timeout=30)
+        text = out.read_text()
+        assert f"the trainer (pid {trainer.pid}) is gone and nothing stopped the server" in text, text
+        assert "exit 143" in text and group_members(pgid) == [], text
+    finally:
+        cleanup(pgid, proc)
+
+    (tmp_path / "trainer.pid").write_text(str(os.getpid()))  # alive, but no vf-train: never watched
+    proc, pgid, engine, out = start_supervised(tmp_path, False, TRAINER_PID=str(tmp_path / "trainer.pid"))
+    try:
+        time.sleep(2.5)
+        assert proc.poll() is None and "the trainer" not in out.read_text()
     finally:
         cleanup(pgid, proc)
 

@@ -14,6 +14,10 @@ Two deaths the server does not handle itself:
 - vf-vllm's own (kill -9, the OOM killer): nothing of it is left to end the group, so a reaper process
   (reaper.py), started beside the server, ends the group when vf-vllm is gone.
 
+The trainer's pane stops the server when vf-train ends (its epilogue). When that pane dies with it (its shell
+killed, the pane closed), nothing would: vf-vllm watches the trainer named in the run's trainer.pid and stops the
+server itself once that trainer has been gone for a few seconds (TrainerGone).
+
 A server that dies while it serves, not asked to (killed, the OOM killer, its engine core gone), is started
 again, up to `max_restarts` times (inference.max_restarts), each time written as a line to `restarts_log`, which
 the trainer reads to wait for it instead of stopping (trainer/inference_watch.py). One that dies before it ever answered
@@ -31,11 +35,12 @@ import time
 import urllib.request
 from pathlib import Path
 
-from vfrl.proc_table import group_members
+from vfrl.proc_table import group_members, stat
 
 ENGINE_CORE = "VLLM::EngineCore"  # the process title vLLM gives its engine core
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+TRAINER_GRACE_S = 10.0  # a trainer gone this long without its pane's epilogue stopping the server: stop it here
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -97,6 +102,34 @@ class Serving:
         return self.since is not None
 
 
+class TrainerGone:
+    """Has the vf-train of `pid_file` been gone for `grace` seconds? Asked each poll. Only a vf-train seen alive on
+    this machine counts (a Slurm job's trainer runs on another node: its pid means nothing here); a pid taken by a
+    later process is not it (its start time differs)."""
+
+    def __init__(self, pid_file: Path | None, grace: float | None = None):
+        self.pid_file, self.grace = pid_file, TRAINER_GRACE_S if grace is None else grace
+        self.seen: tuple[int, int] | None = None  # (pid, start time)
+        self.gone_at: float | None = None
+
+    def __call__(self) -> int | None:
+        """The trainer's pid once it has been gone for `grace` seconds, else None."""
+        if self.seen is None:
+            try:
+                pid = int(self.pid_file.read_text()) if self.pid_file else None
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes() if pid else b""
+            except (OSError, ValueError):
+                return None
+            if b"vf-train" in cmdline and (st := stat(pid)):
+                self.seen = pid, st.start
+            return None
+        pid, start = self.seen
+        if (st := stat(pid)) is not None and st.start == start:
+            return None
+        self.gone_at = self.gone_at or time.monotonic()
+        return pid if time.monotonic() - self.gone_at >= self.grace else None
+
+
 def wait_watching_engine(proc: subprocess.Popen, say, stopping, poll: float = 0.5, serving=None) -> int:
     """proc.wait(), but once an engine core seen in the server's group is gone while the server still runs (and
     is not `stopping()`: asked to stop, when its engine ends first), end the group: the server without its engine
@@ -131,10 +164,11 @@ def start_reaper(pgid: int) -> subprocess.Popen:
 
 
 def run_supervised(argv: list[str], env: dict[str, str], say=print, started=None, health_url: str | None = None,
-                   max_restarts: int = 0, restarts_log: Path | None = None) -> int:
+                   max_restarts: int = 0, restarts_log: Path | None = None, trainer_pid: Path | None = None) -> int:
     """Run `argv` as the leader of a new process group; return its exit code (128 + N for signal N).
     `started(pid)`, when given, is called with the server's pid each time it starts. A server that exits unasked
-    after it answered `health_url` is started again, up to `max_restarts` times (module docstring)."""
+    after it answered `health_url` is started again, up to `max_restarts` times; the server is stopped once the
+    vf-train of `trainer_pid` is gone (module docstring)."""
     asked: list[int] = []
     running: list[subprocess.Popen] = []  # the server now
 
@@ -147,6 +181,15 @@ def run_supervised(argv: list[str], env: dict[str, str], say=print, started=None
 
     for sig in FORWARDED:
         signal.signal(sig, forward)
+    trainer_gone = TrainerGone(trainer_pid)
+
+    def stopping() -> bool:
+        if not asked and (pid := trainer_gone()):
+            say(f"vf-vllm: the trainer (pid {pid}) is gone and nothing stopped the server (its pane closed with "
+                "it?); stopping the server", flush=True)
+            forward(signal.SIGTERM, None)
+        return bool(asked)
+
     restarts = 0
     while True:
         proc = subprocess.Popen(argv, env=env, process_group=0)
@@ -157,7 +200,7 @@ def run_supervised(argv: list[str], env: dict[str, str], say=print, started=None
         if started is not None:
             started(proc.pid)
         serving = Serving(health_url)
-        code = wait_watching_engine(proc, say, stopping=lambda: bool(asked), serving=serving)
+        code = wait_watching_engine(proc, say, stopping=stopping, serving=serving)
         code = code if code >= 0 else 128 - code
         again = not asked and restarts < max_restarts and serving.since is not None
         if again:  # said before the clean-up below, so the trainer waits for the new server from the start
