@@ -193,7 +193,11 @@ class TrainerArgs(Strict):
     zero_truncated_completions: bool = Field(False, description="Truncated rollouts get reward 0.")
     filter_zero_std_groups: bool = Field(False, description=(
         "Groups whose rollouts all got one reward get no loss and leave the loss normalization (DAPO's dynamic "
-        "sampling, without resampling); zero_std_groups counts them."))
+        "sampling); zero_std_groups counts them. refill_zero_std_groups samples new prompts in their place."))
+    refill_zero_std_groups: int = Field(0, ge=0, description=(
+        "Rounds of new prompts sampled in place of the batch's groups whose rollouts all got one reward, so the step "
+        "learns from a full batch (DAPO's dynamic sampling; verl's max_num_gen_batches). 0: none; a group still flat "
+        "after the last round stays (no loss with filter_zero_std_groups). refilled_groups counts them."))
     logprob_chunk_size: int = Field(1024, ge=1, description="Token positions per lm_head chunk (caps logits memory).")
 
     @field_validator("loss_type", mode="before")

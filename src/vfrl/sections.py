@@ -90,6 +90,7 @@ class GenerationSection:
     generation_timeout: float
     rollout_timeout: float
     max_reward_error_fraction: float
+    refill_zero_std_groups: int
     sampling: SamplingSection
     evaluation: EvalSection
 

@@ -68,22 +68,39 @@ class Orchestrator:
             self._order += epoch
         return self._order[step * self.examples_per_step : needed]
 
+    def refill_ids(self, step: int, round_: int, n: int, taken: list[int]) -> list[int]:
+        """Up to `n` examples not `taken` to sample in place of flat groups, a function of (seed, step, round)."""
+        free = sorted(set(range(self.num_train)) - set(taken))
+        return random.Random(f"{self.gen.seed}:refill:{step}:{round_}").sample(free, min(n, len(free)))
+
     async def generate(self, step: int, model: str, policy_version: int) -> Batch:
-        """Batch `step`; rollouts lost to their own faults are left out and counted (step_faults.py)."""
+        """Batch `step`; rollouts lost to their own faults are left out and counted (step_faults.py); groups with
+        one reward for all replaced by new prompts' for up to refill_zero_std_groups rounds."""
         a = self.gen
         ids = self.example_ids(step)
         t0 = time.time()
         faults = RolloutFaults(timeout=a.rollout_timeout)
+
+        def groups_of(examples: list[int], stream: str):
+            return asyncio.gather(*(
+                self.env.run_group(self.client, model, i, a.rollouts_per_example,
+                                   {**a.sampling.request(), "seed": self.request_seed(stream, step, i)},
+                                   self.semaphore, faults=faults)
+                for i in examples))
+
+        async def sample() -> tuple[list, int]:
+            groups, refilled = list(await groups_of(ids, "train")), 0
+            for round_ in range(1, a.refill_zero_std_groups + 1):
+                if not (flat := [j for j, g in enumerate(groups) if len({r.reward for r in g}) == 1]):
+                    break
+                new_ids = self.refill_ids(step, round_, len(flat), ids)
+                for j, i, g in zip(flat, new_ids, await groups_of(new_ids, f"refill{round_}")):
+                    ids[j], groups[j] = i, g
+                refilled += len(new_ids)
+            return groups, refilled
+
         try:
-            groups = await asyncio.wait_for(
-                asyncio.gather(*(
-                    self.env.run_group(self.client, model, i, a.rollouts_per_example,
-                                       {**a.sampling.request(), "seed": self.request_seed("train", step, i)},
-                                       self.semaphore, faults=faults)
-                    for i in ids
-                )),
-                timeout=a.generation_timeout,
-            )
+            groups, refilled = await asyncio.wait_for(sample(), timeout=a.generation_timeout)
         except TimeoutError:
             raise BatchTimedOut(f"step {step + 1}: the batch's rollouts did not finish within generation_timeout = "
                                 f"{a.generation_timeout:g}s; raise it, or lower rollout_timeout, max_tokens or "
@@ -91,6 +108,8 @@ class Orchestrator:
         rollouts = [r for g in groups for r in g]
         metrics, warning = check_step(step + 1, rollouts, faults, len(ids) * a.rollouts_per_example,
                                       a.max_reward_error_fraction)
+        if a.refill_zero_std_groups:
+            metrics["refilled_groups"] = refilled
         return Batch(step=step, policy_version=policy_version, rollouts=rollouts, example_ids=ids,
                      gen_start=t0, gen_end=time.time(), metrics=metrics, group_sizes=[len(g) for g in groups],
                      warning=warning)
