@@ -1,15 +1,18 @@
 """`vf-rl watch RUN_DIR`: live metrics of a run, one line per step (the third pane of a vf-rl session).
 
-Reads metrics.jsonl as the trainer appends to it; stops when the trainer has exited.
+Reads metrics.jsonl as the trainer appends to it, only what was appended since the last look (a soak run saw
+the pane re-read the whole file every second: its RSS grew 10 MB per 1000 steps, its CPU with the file,
+docs/reliability.md "Soak"); stops when the trainer has exited.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
-from vfrl.run_dir import RunDir, read_jsonl
+from vfrl.run_dir import RunDir
 
 HEADER = f"{'step':>9}  {'reward':>7}  {'avg10':>7}  {'loss':>8}  {'mismatch':>8}  {'step s':>6}  {'eta':>8}"
 
@@ -29,18 +32,45 @@ def row(rec: dict, recent: list[float], step_s: float | None) -> str:
             f"{num('mismatch_kl', '.1e'):>8}  {format(step_s, '.2f') if step_s else '-':>6}  {eta:>8}")
 
 
+class NewRecords:
+    """The records appended to a JSON-lines file since the last call. A line is taken once it ends in a newline
+    (not the line the trainer is writing); one that does not parse (a crash cut it short) is skipped. A file
+    that shrank (rewritten) is read again from its start."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset = path, 0
+
+    def __call__(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as f:
+                if f.seek(0, 2) < self.offset:
+                    self.offset = 0
+                f.seek(self.offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        whole = chunk[:chunk.rfind(b"\n") + 1]
+        self.offset += len(whole)
+        records = []
+        for line in whole.splitlines():
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+        return records
+
+
 def watch(run_dir: Path, write: Callable[[str], None] = print, poll: float = 1.0) -> int | None:
     """Print one line per logged step until the trainer exits; returns its exit code (None if unknown)."""
     paths = RunDir(run_dir)
     metrics, exit_file = paths.metrics, paths.exit_code("trainer")
     write(f"metrics of {run_dir}")
     write(HEADER)
-    seen, rewards, ends = 0, [], []
+    new_records, rewards, ends = NewRecords(metrics), [], []
     while True:
         done = exit_file.exists()
-        records = read_jsonl(metrics) if metrics.is_file() else []  # not the line the trainer is writing
-        for rec in records[seen:]:
-            seen += 1
+        for rec in new_records():
             if isinstance(rec.get("reward_mean"), (int, float)):
                 rewards = (rewards + [rec["reward_mean"]])[-10:]
             ends = (ends + [rec.get("train_end", time.time())])[-10:]
