@@ -237,6 +237,25 @@ def test_watch_prints_one_line_per_step_and_stops_with_the_trainer(tmp_path):
     assert out[5:] == ["trainer exited with code 0"]  # the half-written line is not shown
 
 
+def test_watch_stops_when_the_trainer_is_gone_without_an_exit_code(tmp_path, monkeypatch):
+    """Its pane was killed with it: no epilogue writes trainer.exitcode, and the metrics pane must not wait forever."""
+    import subprocess
+    import sys
+    import threading
+
+    from vfrl.inference import supervisor
+    from vfrl.launcher.watch import watch
+
+    monkeypatch.setattr(supervisor, "TRAINER_GRACE_S", 0.0)
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "vf-train"])
+    (tmp_path / "trainer.pid").write_text(str(trainer.pid))
+    out = []
+    threading.Timer(1.0, trainer.kill).start()  # seen alive by the watch's first polls, then gone
+    assert watch(tmp_path, out.append, poll=0.05) is None
+    trainer.wait()
+    assert out[-1] == f"the trainer (pid {trainer.pid}) is gone without an exit code (its pane closed?)"
+
+
 def test_a_process_is_named_by_pid_and_start_time_so_a_reused_pid_is_never_signalled():
     import os
 

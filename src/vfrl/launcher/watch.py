@@ -1,8 +1,8 @@
 """`vf-rl watch RUN_DIR`: live metrics of a run, one line per step (the third pane of a vf-rl session).
 
-Reads metrics.jsonl as the trainer appends to it, only what was appended since the last look (a soak run saw
-the pane re-read the whole file every second: its RSS grew 10 MB per 1000 steps, its CPU with the file,
-docs/reliability.md "Soak"); stops when the trainer has exited.
+Reads metrics.jsonl as the trainer appends to it, only what was appended since the last look (re-reading the
+whole file each second costs memory and CPU that grow with the run: docs/reliability.md, "Soak"); stops when the
+trainer has exited, or is gone without its exit code (its pane killed with it).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from vfrl.inference.supervisor import TrainerGone
 from vfrl.run_dir import RunDir
 
 HEADER = f"{'step':>9}  {'reward':>7}  {'avg10':>7}  {'loss':>8}  {'mismatch':>8}  {'step s':>6}  {'eta':>8}"
@@ -68,8 +69,12 @@ def watch(run_dir: Path, write: Callable[[str], None] = print, poll: float = 1.0
     write(f"metrics of {run_dir}")
     write(HEADER)
     new_records, rewards, ends = NewRecords(metrics), [], []
+    trainer_gone = TrainerGone(paths.trainer_pid)  # its pane died with it: no exit code will come
     while True:
         done = exit_file.exists()
+        if not done and (pid := trainer_gone()):
+            write(f"the trainer (pid {pid}) is gone without an exit code (its pane closed?)")
+            return None
         for rec in new_records():
             if isinstance(rec.get("reward_mean"), (int, float)):
                 rewards = (rewards + [rec["reward_mean"]])[-10:]
