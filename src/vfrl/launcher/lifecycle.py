@@ -98,9 +98,11 @@ def stop_run(srv: libtmux.Server, session: str, trainer_grace: float = 60, grace
 
 
 def last_metrics(run_dir: Path) -> dict | None:
+    """The last training step's line (an eval line, the last one after an eval, has no reward_mean)."""
     path = RunDir(run_dir).metrics
     rows = read_jsonl(path) if path.is_file() else []  # without a line being written
-    return rows[-1] if rows else None
+    steps = [r for r in rows if "reward_mean" in r]
+    return steps[-1] if steps else None
 
 
 def describe_pane(state: tmux.PaneState | None, exit_code_file: Path | None = None) -> str:
