@@ -151,7 +151,7 @@ def test_vllm_hung_killed_and_killed_again_mid_run(tmp_path, tiny_model, socket_
 
     # killed again, no restart left: the run stops as without restarts
     engine = stop_the_server(run_dir, "9")
-    assert_lost_server_handled(tmp_path, run_dir, socket_name, "after vf-vllm had started it again 1x",
+    assert_lost_server_handled(tmp_path, run_dir, socket_name, "(vf-vllm had started it again 1x before)",
                                detected_in=60)
     assert not procs.alive(engine)
     steps = [m["step"] for m in read_metrics(run_dir) if "loss" in m]

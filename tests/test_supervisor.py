@@ -49,6 +49,7 @@ import os, sys
 from vfrl.inference import supervisor
 from vfrl.inference.supervisor import run_supervised
 supervisor.TRAINER_GRACE_S = 1.0
+supervisor.STOP_GRACE_S = 2.0
 from pathlib import Path
 trainer_pid = Path(os.environ["TRAINER_PID"]) if "TRAINER_PID" in os.environ else None
 code = run_supervised([sys.executable, "-c", {FAKE_SERVER!r}], env=None, trainer_pid=trainer_pid,
@@ -181,6 +182,21 @@ def test_the_server_is_stopped_once_the_trainer_is_gone_without_stopping_it(tmp_
     try:
         time.sleep(2.5)
         assert proc.poll() is None and "the trainer" not in out.read_text()
+    finally:
+        cleanup(pgid, proc)
+
+
+def test_a_server_that_does_not_stop_when_asked_is_killed_after_the_grace(tmp_path):
+    """vLLM's API server asked to stop can wait in uvicorn's graceful shutdown for the trainer's open connections,
+    /health silent, while vf-vllm lives: the trainer would wait out inference_timeout. Killed after STOP_GRACE_S."""
+    proc, pgid, engine, out = start_supervised(tmp_path)  # the stand-in ignores SIGTERM
+    try:
+        t0 = time.monotonic()
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+        text = out.read_text()
+        assert "did not stop within 2s of being asked; killing it" in text and "exit 137" in text, text
+        assert group_members(pgid) == [] and time.monotonic() - t0 < 10
     finally:
         cleanup(pgid, proc)
 

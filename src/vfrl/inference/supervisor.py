@@ -40,6 +40,7 @@ from vfrl.proc_table import group_members, stat
 ENGINE_CORE = "VLLM::EngineCore"  # the process title vLLM gives its engine core
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_GRACE_S = 10.0  # a server asked to stop gets this long, then SIGKILL: uvicorn waits for open connections
 TRAINER_GRACE_S = 10.0  # a trainer gone this long without its pane's epilogue stopping the server: stop it here
 
 
@@ -140,14 +141,20 @@ def wait_watching_engine(proc: subprocess.Popen, say, stopping, poll: float = 0.
             return proc.wait(timeout=poll)
         except subprocess.TimeoutExpired:
             pass
-        if stopping():
-            return proc.wait()
+        if stopping():  # asked to stop: its shutdown can wait on the trainer's open connections, with /health silent
+            try:
+                return proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                say(f"vf-vllm: the vLLM server did not stop within {STOP_GRACE_S:g}s of being asked; killing it",
+                    flush=True)
+                _signal_group(proc.pid, signal.SIGKILL)
+                return proc.wait()
         if serving is not None:
             serving()
         now = engine_cores(proc.pid)
         if gone := seen - now:
-            if proc.poll() is not None or stopping():
-                return proc.wait()
+            if proc.poll() is not None or stopping():  # ended, or ending as asked: the top of the loop waits
+                continue
             say(f"vf-vllm: vLLM's engine core (pid {min(gone)}) exited while the server ran; ending the server",
                 flush=True)
             end_group(proc.pid, linger=0, grace=3)

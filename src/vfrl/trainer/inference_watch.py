@@ -46,8 +46,8 @@ def process_gone(pid_file: Path | None) -> str | None:
 
 
 def restarted(pid_file: Path | None) -> str:
-    """' after vf-vllm had started it again Nx', or nothing."""
-    return f" after vf-vllm had started it again {n}x" if (n := len(restarts(pid_file))) else ""
+    """' (vf-vllm had started it again Nx before)', or nothing."""
+    return f" (vf-vllm had started it again {n}x before)" if (n := len(restarts(pid_file))) else ""
 
 
 def restarts(pid_file: Path | None) -> list[dict]:
