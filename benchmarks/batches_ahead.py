@@ -1,6 +1,7 @@
 """What num_batches_ahead = k buys: the quick start at several k, side by side in one run, interleaved.
 
     .venv/bin/python benchmarks/batches_ahead.py [--ks 0,1,2,4] [--rounds 1] [--config configs/rl/quickstart.toml]
+                                                 [--max-steps N] [--target R]
 
 Each run is `vf-rl @ CONFIG --no-attach --trainer.args.num_batches_ahead K` in its own output dir; the rounds
 go k by k in turn, so a load that changes over time hits every k alike. Per run, from metrics.jsonl: the wall
@@ -30,11 +31,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from quickstart import write_section  # noqa: E402  (the section writer the quick start's report uses)
 
 
-def run(config: str, k: int, out: Path, target: float) -> dict:
+def run(config: str, k: int, out: Path, target: float, extra: list[str]) -> dict:
     t0 = time.time()
     proc = subprocess.run([str(BIN / "vf-rl"), "@", config, "--no-attach", "--trainer.args.num_batches_ahead", str(k),
-                           "--trainer.args.output_dir", str(out), "--tmux-socket", f"vfrl-bench-ahead-{os.getpid()}"],
-                          cwd=ROOT, capture_output=True, text=True)
+                           "--trainer.args.output_dir", str(out), "--tmux-socket", f"vfrl-bench-ahead-{os.getpid()}",
+                           *extra], cwd=ROOT, capture_output=True, text=True)
     wall = time.time() - t0
     if proc.returncode:
         sys.exit(f"k = {k} failed ({proc.returncode}):\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
@@ -60,14 +61,16 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--config", default="configs/rl/quickstart.toml")
     p.add_argument("--target", type=float, default=0.8, help="the reward (mean of 5 steps) timed to")
+    p.add_argument("--max-steps", type=int, help="the config's max_steps otherwise")
     a = p.parse_args()
+    extra = ["--trainer.args.max_steps", str(a.max_steps)] if a.max_steps else []
     ks = [int(k) for k in a.ks.split(",")]
     load = os.getloadavg()[0]
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.rounds):
             for k in ks:
-                results.append(run(a.config, k, Path(tmp) / f"r{r}-k{k}", a.target) | {"round": r})
+                results.append(run(a.config, k, Path(tmp) / f"r{r}-k{k}", a.target, extra) | {"round": r})
                 print(json.dumps(results[-1]), flush=True)
     name = Path(a.config).stem
     machine = f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, no GPU"
@@ -81,7 +84,8 @@ def main() -> None:
         f"{x['staleness_mean']:.2f} | {x['mismatch_kl_mean']:.1e} |\n" for x in results)
     section = (f"## num_batches_ahead on `{a.config}`\n\n"
                f"Command: `.venv/bin/python benchmarks/batches_ahead.py --ks {a.ks} --rounds {a.rounds} --config "
-               f"{a.config}` (results: `docs/benchmarks/{out.name}`)\n\nMachine: {machine}; load average before "
+               f"{a.config}{f' --max-steps {a.max_steps}' if a.max_steps else ''} --target {a.target}` "
+               f"(results: `docs/benchmarks/{out.name}`)\n\nMachine: {machine}; load average before "
                f"the runs {load:.1f}. Interleaved: each round runs every k in turn.\n\n"
                f"| k | wall time | median step | steps to reward {a.target} | training time to it | reward, last 5 "
                f"| mean staleness | mismatch_kl |\n|---|---|---|---|---|---|---|---|\n" + table)
