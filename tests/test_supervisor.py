@@ -3,8 +3,7 @@ inference/reaper.py).
 
 The stand-in server here is a process tree shaped as vLLM's: a leader that ignores SIGTERM (as vLLM's API server
 can hang in its own shutdown) and a child titled `VLLM::EngineCore`. The real vf-vllm tree is killed the same
-ways in test_faults_e2e.py (the supervisor, mid-run) and below (the engine core of the session's tool server
-is not touched: a server of its own).
+ways mid-run in test_faults_e2e.py (its engine core: started again; vf-vllm itself: its reaper ends the server).
 """
 
 import json
@@ -14,11 +13,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
-from test_faults_e2e import vllm_server_pid
 from vfrl.inference.supervisor import ENGINE_CORE
 from vfrl.proc_table import group_members, pid_alive
 
@@ -228,38 +225,3 @@ def test_the_reaper_leaves_with_a_clean_supervisor_exit_and_ignores_the_panes_si
         wait_until(lambda: not pid_alive(reapers[0]), 5, "the reaper's exit")
     finally:
         cleanup(pgid, proc)
-
-
-# ---------- the real vf-vllm (vLLM's CPU server, the tiny model) ----------
-def real_tree(tmp_path: Path, tiny_model) -> tuple:
-    """A real vf-vllm serving the tiny model: (its context, supervisor pid, server group, engine core pid)."""
-    from vfrl.testing import free_port, vf_vllm, write_config
-
-    port = free_port()
-    config = write_config(tmp_path / "config.toml", tiny_model, port, tmp_path)
-    served = vf_vllm(config, port, "k", tmp_path / "inference.log")
-    served.__enter__()
-    supervisor = int((tmp_path / "inference.pid").read_text())
-    server = vllm_server_pid(tmp_path)  # vf-vllm's child beside its reaper
-    log = tmp_path / "inference.log"
-    engine = int(wait_until(lambda: (t := log.read_text()).count("engine core is pid ") and
-                            t.split("engine core is pid ")[1].split()[0], 60, "the engine core named in the log"))
-    return served, supervisor, server, engine
-
-
-@pytest.mark.e2e
-def test_real_vllm_tree_is_gone_within_seconds_of_a_kill_of_vf_vllm(tmp_path, tiny_model):
-    """kill -9 of vf-vllm itself: within seconds no process of the server is left (its reaper ends the server's
-    group). The real engine core killed mid-run: test_faults_e2e.py (vf-vllm ends that server and starts another)."""
-    served, supervisor, server, engine = real_tree(tmp_path, tiny_model)
-    try:
-        t0 = time.monotonic()
-        os.kill(supervisor, signal.SIGKILL)
-        wait_until(lambda: group_members(server) == [] and not pid_alive(supervisor), 20, "the tree's end")
-        took = time.monotonic() - t0
-        said = f"vf-vllm (pid {supervisor}) is gone; its reaper ended"  # written once the group is gone
-        wait_until(lambda: said in (tmp_path / "inference.log").read_text(), 10, "the log line")
-        assert took < 20
-    finally:
-        cleanup(server, SimpleNamespace(pid=supervisor))
-        served.__exit__(None, None, None)
