@@ -29,7 +29,8 @@ from vfrl.run_dir import RunDir, read_jsonl
 from vfrl.trainer.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from vfrl.trainer.console import TrainerConsole
 from vfrl.trainer.failure import EXIT_ERROR, RESUME_COMMAND_ENV
-from vfrl.trainer.run_log import RunLog, append_whole_line
+from vfrl.run_dir import append_jsonl
+from vfrl.trainer.run_log import RunLog
 from vfrl.trainer.trainer import RLTrainer
 from vfrl.trainer.weight_sync import write_adapter
 
@@ -103,25 +104,25 @@ def test_metrics_jsonl_on_a_full_disk_is_never_left_with_half_a_line(tmp_path, s
     room, is read like the others (a half line would have swallowed it)."""
     run_dir = small_disk(tmp_path / "run", "64k")
     metrics = RunDir(run_dir).metrics
-    append_whole_line(metrics, {"step": 1, "note": "x" * 1500})
+    append_jsonl(metrics, {"step": 1, "note": "x" * 1500})
     filler = fill(run_dir)
     with pytest.raises(OSError) as full:
         for step in range(2, 10):  # each fits in the page the file has until one needs another: cut there
-            append_whole_line(metrics, {"step": step, "note": "x" * 1500})
+            append_jsonl(metrics, {"step": step, "note": "x" * 1500})
     assert full.value.errno == errno.ENOSPC
     text = metrics.read_text()
     assert text.endswith("\n") and all(json.loads(line) for line in text.splitlines())
     written = [x["step"] for x in read_jsonl(metrics)]
     assert written == list(range(1, written[-1] + 1)) and written[-1] < 9
     filler.unlink()
-    append_whole_line(metrics, {"step": 99})
+    append_jsonl(metrics, {"step": 99})
     assert [x["step"] for x in read_jsonl(metrics)] == [*written, 99]
 
 
 def test_a_line_cut_by_a_crash_does_not_swallow_the_next_one(tmp_path):
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text('{"step": 1}\n{"step": 2, "lo')  # the trainer killed mid-write
-    append_whole_line(metrics, {"step": 3})
+    append_jsonl(metrics, {"step": 3})
     assert [x["step"] for x in read_jsonl(metrics)] == [1, 3]
 
 

@@ -20,11 +20,12 @@ Users and tests rely on these exact names. Imports no torch: the launcher reads 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 
 @dataclass(frozen=True)
@@ -129,10 +130,15 @@ class RunDir:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The records of a JSON-lines file; blank lines and lines that do not parse (one being written, one a
-    crash cut short) are skipped."""
+    """The records of a JSON-lines file (parse_jsonl)."""
+    return parse_jsonl(path.read_text().splitlines())
+
+
+def parse_jsonl(lines: Iterable[str | bytes]) -> list[dict[str, Any]]:
+    """The records of JSON lines; blank lines and lines that do not parse (one being written, one a crash cut
+    short) are skipped."""
     rows = []
-    for line in path.read_text().splitlines():
+    for line in lines:
         if line.strip():
             try:
                 rows.append(json.loads(line))
@@ -142,8 +148,24 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(record) + "\n")
+    """Append `record` as one JSON line, whole or not at all: a write the disk cuts short (ENOSPC after part of
+    the line) is taken back, so a reader (vf-rl plot, status, resume) never meets half a line, nor a later line
+    glued to one. A file a crash left without its last newline gets one first, for the same reason."""
+    line = (json.dumps(record) + "\n").encode()
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line
+        done = 0
+        try:
+            while done < len(line):
+                done += os.write(fd, line[done:])
+        except OSError:
+            os.ftruncate(fd, size)
+            raise
+    finally:
+        os.close(fd)
 
 
 def set_aside_after(metrics_path: Path, step: int) -> int:

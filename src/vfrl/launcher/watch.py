@@ -7,13 +7,12 @@ trainer has exited, or is gone without its exit code (its pane killed with it).
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from vfrl.inference.supervisor import TrainerGone
-from vfrl.run_dir import RunDir
+from vfrl.run_dir import RunDir, parse_jsonl
 
 HEADER = f"{'step':>9}  {'reward':>7}  {'avg10':>7}  {'loss':>8}  {'mismatch':>8}  {'step s':>6}  {'eta':>8}"
 
@@ -52,14 +51,7 @@ class NewRecords:
             return []
         whole = chunk[:chunk.rfind(b"\n") + 1]
         self.offset += len(whole)
-        records = []
-        for line in whole.splitlines():
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-        return records
+        return parse_jsonl(whole.splitlines())
 
 
 def watch(run_dir: Path, write: Callable[[str], None] = print, poll: float = 1.0) -> int | None:

@@ -6,19 +6,18 @@ alert (mismatch.py) in all three places. Rank 0 only.
 
 A full disk (or any error writing them): a rollout file is not worth a run, so it is removed, said once
 on the console, counted (`rollout_files_lost` in every metrics line from the first one lost) and the run goes
-on. metrics.jsonl gets each line whole or not at all (append_whole_line), and a line it cannot write stops the
+on. metrics.jsonl gets each line whole or not at all (run_dir.append_jsonl), and a line it cannot write stops the
 run (the trainer's failure path: failure.py), as a checkpoint or an adapter it cannot write does.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from vfrl.config import TrainerArgs
 from vfrl.envs.messages import json_default
-from vfrl.run_dir import RunDir
+from vfrl.run_dir import RunDir, append_jsonl
 from vfrl.trainer.console import TrainerConsole
 from vfrl.trainer.mismatch import MismatchWatch
 from vfrl.trainer.orchestrator import Batch
@@ -50,7 +49,7 @@ class RunLog:
         self.write_rollouts(self.paths.step_rollouts(step), batch.rollouts)
         if self.rollout_files_lost:
             record["rollout_files_lost"] = self.rollout_files_lost
-        append_whole_line(self.paths.metrics, record)
+        append_jsonl(self.paths.metrics, record)
         self.console.step(record)
         if batch.warning:
             self.console.warn(batch.warning)
@@ -68,7 +67,7 @@ class RunLog:
     def eval(self, version: int, stats: dict, rollouts: list) -> None:
         record = {"step": version, "max_steps": self.args.max_steps, **stats}
         self.write_rollouts(self.paths.eval_rollouts(version), rollouts)
-        append_whole_line(self.paths.metrics, record)
+        append_jsonl(self.paths.metrics, record)
         self.tracker.log(record)
         self.console.eval(version, stats)
 
@@ -116,24 +115,3 @@ def write_rollouts(path: Path, rollouts: list) -> None:
     with open(path, "w") as f:
         for r in rollouts:
             f.write(json.dumps(rollout_row(r), default=json_default) + "\n")
-
-
-def append_whole_line(path: Path, record: dict) -> None:
-    """Append `record` as one JSON line, whole or not at all: a write the disk cuts short (ENOSPC after part of
-    the line) is taken back, so a reader (vf-rl plot, status, resume) never meets half a line, nor a later line
-    glued to one. A file a crash left without its last newline gets one first, for the same reason."""
-    line = (json.dumps(record) + "\n").encode()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        size = os.fstat(fd).st_size
-        if size and os.pread(fd, 1, size - 1) != b"\n":
-            line = b"\n" + line
-        done = 0
-        try:
-            while done < len(line):
-                done += os.write(fd, line[done:])
-        except OSError:
-            os.ftruncate(fd, size)
-            raise
-    finally:
-        os.close(fd)
