@@ -59,22 +59,22 @@ async def watch_inference(base_url: str, pid_file: Path | None, unresponsive_s: 
     """Return never; raise InferenceLost once the server is gone or has not answered /health for `unresponsive_s`
     (START_TIMEOUT while vf-vllm starts it again)."""
     health = f"{server_root(base_url)}/health"
-    last_answer, restarted = time.monotonic(), len(restarts(pid_file))
+    last_answer, answered_at = time.monotonic(), time.time()  # the restarts file is read only once it is silent
     async with httpx.AsyncClient(timeout=min(5.0, unresponsive_s)) as http:
         while True:
             if gone := process_gone(pid_file):
                 raise InferenceLost(gone)
             try:
                 if (await http.get(health)).status_code == 200:
-                    last_answer, restarted = time.monotonic(), len(restarts(pid_file))
+                    last_answer, answered_at = time.monotonic(), time.time()
             except httpx.HTTPError:
                 pass
-            silent = time.monotonic() - last_answer
-            limit = START_TIMEOUT if len(restarts(pid_file)) > restarted else unresponsive_s
-            if silent > limit:
-                raise InferenceLost(f"the vLLM server has not answered {health} for {silent:.0f}s "
-                                    + (f"(inference_timeout = {unresponsive_s:g})" if limit == unresponsive_s
-                                       else "since vf-vllm started it again"))
+            if (silent := time.monotonic() - last_answer) > unresponsive_s:
+                restarting = any(r["time"] > answered_at for r in restarts(pid_file))
+                if silent > (START_TIMEOUT if restarting else unresponsive_s):
+                    raise InferenceLost(f"the vLLM server has not answered {health} for {silent:.0f}s "
+                                        + ("since vf-vllm started it again" if restarting
+                                           else f"(inference_timeout = {unresponsive_s:g})"))
             await asyncio.sleep(poll)
 
 
