@@ -152,6 +152,32 @@ def test_stop_after_the_trainer_finished_lets_its_epilogue_run(tmp_path, socket_
     assert not (run_dir / ".api_key").exists()
 
 
+def test_stop_after_the_trainer_pane_was_killed_does_not_wait_for_the_metrics_pane(tmp_path, socket_name):
+    """The trainer pane's shell killed with its trainer (no exit code will come) and the server stopped after it (as
+    vf-vllm does once vf-train is gone): `vf-rl stop` closes the session at once. The metrics pane's `vf-rl watch`,
+    still waiting for the exit code, ends with the session; it is not waited for and then called a leftover."""
+    import signal
+
+    run_dir, pids = fake_run(tmp_path, socket_name, "test")
+    srv = tmux.server(socket_name)
+    trainer_pane = tmux.pane_state(srv, "test", "trainer").pid
+    for p in procs.pane_processes([trainer_pane]):
+        os.kill(p.pid, signal.SIGKILL)
+    os.kill(int((run_dir / "inference.pid").read_text()), signal.SIGTERM)
+    deadline = time.time() + 20
+    while not (run_dir / "inference.exitcode").exists():
+        assert time.time() < deadline
+        time.sleep(0.1)
+    watch = procs.pane_processes([tmux.pane_state(srv, "test", "metrics").pid])
+    assert watch and procs.alive(watch)
+    res = vf_rl("stop", "--tmux-socket", socket_name)
+    assert res.returncode == 0, res.stderr
+    assert "leftover" not in res.stdout and "terminating" not in res.stdout, res.stdout
+    assert not tmux.session_exists(srv, "test")
+    assert procs.wait_gone(pids, 10) == set()
+    assert not (run_dir / "trainer.exitcode").exists()
+
+
 def test_panes_get_vf_rl_s_environment_even_from_a_tmux_server_started_without_it(tmp_path, socket_name):
     """tmux hands a new session its *server's* environment. With a server already running that lacks a
     variable, the panes must still see what vf-rl was started with (issue 9: WANDB_MODE never arrived)."""

@@ -85,8 +85,11 @@ def stop_run(srv: libtmux.Server, session: str, trainer_grace: float = 60, grace
     if inference and not wait_dead(srv, session, "inference", grace):
         echo("vf-rl: the inference server did not stop; terminating it")
         killed |= procs.terminate(processes("inference"), grace=10)
-    # children (vLLM's engine core) may still be finishing their own shutdown: give them a moment
-    left = procs.wait_gone(everything | processes(*tmux.PANE_OPTION), timeout=grace / 3)
+    # children (vLLM's engine core) may still be finishing their own shutdown: give them a moment. Not the metrics
+    # pane: it only shows the run, and closing the session ends it; after a trainer gone without its exit code
+    # (its pane killed) the pane's `vf-rl watch` would wait out its own grace for that code first
+    shown = processes("metrics")
+    left = procs.wait_gone((everything | processes(*tmux.PANE_OPTION)) - shown, timeout=grace / 3)
     if left:
         echo(f"vf-rl: terminating {len(left)} leftover process(es) of the run: {procs.describe(left)}")
         killed |= procs.terminate(left, grace=5)
