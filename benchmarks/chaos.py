@@ -3,14 +3,18 @@ random moment, N times, and checks after each fault that nothing was lost, left 
 
     .venv/bin/python benchmarks/chaos.py [--rounds 20] [--seed 0] [--steps 300] [--out chaos.json]
                                          [--dir /tmp/vfrl-chaos] [--reference RUN_DIR] [--keep]
+                                         [--config CFG] [--victims A,B] [--save-steps 10] [--eval-steps 20]
 
 First an uninterrupted reference run (same config and seed; `--reference` reuses one), then the chaos run:
 `vf-rl @ configs/rl/quickstart.toml --detach --inference.port 0 --tmux-socket chaos-<pid>` with checkpoints every
 10 steps, eval every 20 (64 examples) and `inference.max_restarts 1000` (vf-vllm heals every death of vLLM
-while it serves). Each round, drawn from random.Random(seed):
-- a victim: vf-train (trainer.pid), vf-vllm (inference.pid), the vLLM API server (vf-vllm's child that is not the
-  reaper), vLLM's engine core (named in logs/inference.log), the trainer pane's shell, the inference pane's
-  shell, the tmux server of this script's own socket; SIGKILL, or SIGTERM one time in five;
+while it serves). A `--config` with `inference.base_url` trains against that server instead (no inference
+overrides; its API key from the config's api_key_var): the suite's test_chaos.py runs three rounds so, with
+`--victims` the run's own processes. Each round, drawn from random.Random(seed):
+- a victim (of `--victims`, default all): vf-train (trainer.pid), vf-vllm (inference.pid), the vLLM API server
+  (vf-vllm's child that is not the reaper), vLLM's engine core (named in logs/inference.log), the trainer pane's
+  shell, the inference pane's shell, the tmux server of this script's own socket; SIGKILL, or SIGTERM one time
+  in five;
 - a phase to aim at, polled for from outside before the kill: `checkpoint` (a checkpoints/.step-N.tmp dir),
   `push` (weights/.step-N.tmp or adapters/.policy-N.tmp), `eval` (a step N % eval_steps == 0 logged, its eval
   line not yet), `generation` (any other moment; the trainer trains step n while vLLM samples batch n+1).
@@ -55,8 +59,6 @@ from vfrl.run_dir import RunDir, read_jsonl  # noqa: E402
 
 VF_RL = str(Path(sys.executable).parent / "vf-rl")
 CONFIG = "configs/rl/quickstart.toml"
-SESSION = "quickstart"
-SAVE_STEPS, EVAL_STEPS = 10, 20
 VICTIMS = ["vf-train", "vf-vllm", "vLLM API server", "vLLM engine core", "trainer pane shell",
            "inference pane shell", "tmux server"]
 PHASES = ["generation", "push", "checkpoint", "eval"]
@@ -66,11 +68,16 @@ def log(msg: str) -> None:
     print(time.strftime("%H:%M:%S"), msg, flush=True)
 
 
-def overrides(out: Path, steps: int) -> list[str]:
-    return ["--inference.port", "0", "--trainer.args.output_dir", str(out),
-            "--trainer.args.max_steps", str(steps), "--trainer.args.save_strategy", "steps",
-            "--trainer.args.save_steps", str(SAVE_STEPS), "--trainer.args.eval_strategy", "steps",
-            "--trainer.args.eval_steps", str(EVAL_STEPS), "--inference.max_restarts", "1000"]
+def overrides(args, out: Path) -> list[str]:
+    """The chaos settings on top of the config; a run against a server of its own heals every death of vLLM."""
+    inference = [] if args.remote else ["--inference.port", "0", "--inference.max_restarts", "1000"]
+    return [*inference, "--trainer.args.output_dir", str(out), "--trainer.args.max_steps", str(args.steps),
+            "--trainer.args.save_strategy", "steps", "--trainer.args.save_steps", str(args.save_steps),
+            "--trainer.args.eval_strategy", "steps", "--trainer.args.eval_steps", str(args.eval_steps)]
+
+
+def fresh_command(args, socket: str, *extra: str) -> list[str]:
+    return ["vf-rl", "@", args.config, *overrides(args, args.dir / "outputs"), "--tmux-socket", socket, *extra]
 
 
 def train_rows(run_dir: Path) -> list[dict]:
@@ -111,7 +118,7 @@ def tmux_server_pid(socket: str) -> int | None:
     return int(out.stdout) if out.returncode == 0 and out.stdout.strip().isdigit() else None
 
 
-def victim_pid(victim: str, run_dir: Path, socket: str) -> int | None:
+def victim_pid(victim: str, run_dir: Path, socket: str, session: str) -> int | None:
     paths = RunDir(run_dir)
     if victim == "vf-train":
         p = read_pid(paths.trainer_pid)
@@ -133,7 +140,7 @@ def victim_pid(victim: str, run_dir: Path, socket: str) -> int | None:
         pid = int(text.split("engine core is pid ")[-1].split()[0])
         return pid if "EngineCor" in comm(pid) else None  # comm is cut at 15 characters: VLLM::EngineCor
     if victim in ("trainer pane shell", "inference pane shell"):
-        state = tmux.pane_state(tmux.server(socket), SESSION, victim.split()[0])
+        state = tmux.pane_state(tmux.server(socket), session, victim.split()[0])
         return state.pid if state and not state.dead else None
     if victim == "tmux server":
         return tmux_server_pid(socket)
@@ -148,42 +155,42 @@ def tmp_dirs(run_dir: Path, sub: str, prefix: str) -> list[str]:
         return []
 
 
-def eval_in_flight(run_dir: Path) -> bool:
-    """A step N % EVAL_STEPS == 0 is logged (its eval runs while step N+1 trains) and its eval line is not."""
+def eval_in_flight(run_dir: Path, every: int) -> bool:
+    """A step N % every == 0 is logged (its eval runs while step N+1 trains) and its eval line is not."""
     path = RunDir(run_dir).metrics
     rows = read_jsonl(path) if path.exists() else []
     trained = [r["step"] for r in rows if "loss" in r]
     evals = {r["step"] for r in rows if "eval/reward_mean" in r}
     if not trained:
         return False
-    n = trained[-1] - (trained[-1] % EVAL_STEPS)
+    n = trained[-1] - (trained[-1] % every)
     return n > 0 and trained[-1] - n <= 1 and n not in evals
 
 
-def phase_now(run_dir: Path) -> str:
+def phase_now(run_dir: Path, every: int) -> str:
     if tmp_dirs(run_dir, "checkpoints", ".step-"):
         return "checkpoint"
     if tmp_dirs(run_dir, "weights", ".step-") or tmp_dirs(run_dir, "adapters", ".policy-"):
         return "push"
-    if eval_in_flight(run_dir):
+    if eval_in_flight(run_dir, every):
         return "eval"
     return "generation"
 
 
-def aim(run_dir: Path, phase: str, rng: random.Random, give_up: float = 90) -> bool:
+def aim(run_dir: Path, phase: str, rng: random.Random, every: int, give_up: float = 90) -> bool:
     """Return at a moment of `phase` (True), or after `give_up` s (False)."""
     deadline = time.monotonic() + give_up
     ended = RunDir(run_dir).exit_code("trainer")
     if phase == "generation":
         time.sleep(rng.uniform(0, 2))
         while time.monotonic() < deadline and not ended.exists():
-            if phase_now(run_dir) == "generation":
+            if phase_now(run_dir, every) == "generation":
                 return True
             time.sleep(0.05)
         return False
     if phase == "eval":
         while time.monotonic() < deadline and not ended.exists():
-            if eval_in_flight(run_dir):
+            if eval_in_flight(run_dir, every):
                 return True
             time.sleep(0.05)
         return False
@@ -235,8 +242,8 @@ def launch(cmd: list[str], run_base: Path, timeout: float = 300) -> tuple[Path, 
     return run_dir, time.monotonic() - t0
 
 
-def stop_session(socket: str) -> str:
-    res = subprocess.run([VF_RL, "stop", SESSION, "--tmux-socket", socket], cwd=ROOT, capture_output=True,
+def stop_session(socket: str, session: str) -> str:
+    res = subprocess.run([VF_RL, "stop", session, "--tmux-socket", socket], cwd=ROOT, capture_output=True,
                          text=True, timeout=180)
     return res.stdout + res.stderr
 
@@ -351,37 +358,39 @@ def continue_command(run_dir: Path, offset: int) -> list[str] | None:
 
 def one_round(k: int, rng: random.Random, run_dir: Path, socket: str, args, checks: Checks, run_base: Path) -> tuple[
         dict, Path]:
-    victim, phase = rng.choice(VICTIMS), rng.choice(PHASES)
+    victim, phase = rng.choice(args.victims), rng.choice(PHASES)
     sig = signal.SIGTERM if rng.random() < 0.2 else signal.SIGKILL
     time.sleep(rng.uniform(1, 6))
     paths = RunDir(run_dir)
     trainer = read_pid(paths.trainer_pid)
     log_offset = paths.log("trainer").stat().st_size
     restarts_before = len(paths.server_restarts())
-    pid = victim_pid(victim, run_dir, socket)  # looked up before the aim: the kill follows the phase at once
+    # looked up before the aim: the kill follows the phase at once
+    pid = victim_pid(victim, run_dir, socket, args.session)
     victim_proc = procs.Proc(pid, stat(pid).start) if pid is not None and stat(pid) else None
     kill_step = last_step(run_dir)
-    seen = phase if aim(run_dir, phase, rng) else None
+    seen = phase if aim(run_dir, phase, rng, args.eval_steps) else None
     for _ in range(20):  # gone meanwhile (vLLM started again: a new API server, engine core), or not there yet
         if victim_proc is not None and procs.alive({victim_proc}) or RunDir(run_dir).exit_code("trainer").exists():
             break
         time.sleep(1)
-        pid = victim_pid(victim, run_dir, socket)
+        pid = victim_pid(victim, run_dir, socket, args.session)
         victim_proc = procs.Proc(pid, stat(pid).start) if pid is not None and stat(pid) else None
-        seen = phase if aim(run_dir, phase, rng, give_up=30) else None
+        seen = phase if aim(run_dir, phase, rng, args.eval_steps, give_up=30) else None
     if victim_proc is None or trainer is None or not procs.alive({victim_proc}):
-        rec = {"round": k, "victim": victim, "signal": sig.name, "aimed": phase, "phase": phase_now(run_dir),
-               "step": last_step(run_dir), "pid": pid, "run_dir": str(run_dir), "outcome": "no victim",
+        rec = {"round": k, "victim": victim, "signal": sig.name, "aimed": phase,
+               "phase": phase_now(run_dir, args.eval_steps), "step": last_step(run_dir), "pid": pid,
+               "run_dir": str(run_dir), "outcome": "no victim",
                "checks": [f"{victim} not found"]}
         log(f"round {k}: {victim} not found")
         return rec, run_dir
     t_kill = time.monotonic()
     os.kill(victim_proc.pid, sig)  # at once: a push or checkpoint write lasts milliseconds
-    seen = seen or phase_now(run_dir)
+    seen = seen or phase_now(run_dir, args.eval_steps)
     kill_step = max(kill_step, last_step(run_dir))
     rec = {"round": k, "victim": victim, "signal": sig.name, "aimed": phase, "phase": seen, "step": kill_step,
            "pid": pid, "run_dir": str(run_dir), "checks": []}
-    rec["still_in_phase_after_kill"] = phase_now(run_dir) == seen
+    rec["still_in_phase_after_kill"] = phase_now(run_dir, args.eval_steps) == seen
     log(f"round {k}: {sig.name} {victim} (pid {pid}) at step {kill_step}, phase {seen} (aimed {phase})")
     outcome = react(run_dir, trainer, kill_step, restarts_before)
     rec["outcome"] = outcome
@@ -394,7 +403,7 @@ def one_round(k: int, rng: random.Random, run_dir: Path, socket: str, args, chec
             rec["checks"].append(f"left 60 s after the trainer exited: {procs.describe(left)}")
         rec["trainer_exitcode"] = (paths.exit_code("trainer").read_text().strip()
                                    if paths.exit_code("trainer").exists() else None)
-        said = stop_session(socket)
+        said = stop_session(socket, args.session)
         leftover = re.search(r"leftover process\(es\) of the run: (.*)", said)
         if leftover and all(name.strip().endswith("(vf-rl)") for name in leftover.group(1).split(",")):
             # the metrics pane's `vf-rl watch` waits for trainer.exitcode, which a killed trainer pane never writes
@@ -405,23 +414,20 @@ def one_round(k: int, rng: random.Random, run_dir: Path, socket: str, args, chec
         if left:
             rec["checks"].append(f"left after vf-rl stop: {procs.describe(left)}")
             procs.terminate(left, grace=5)
-        if tmux.session_exists(tmux.server(socket), SESSION):
+        if tmux.session_exists(tmux.server(socket), args.session):
             rec["checks"].append("the tmux session is still there after vf-rl stop")
         before = train_rows(run_dir)
         done = before[-1]["step"] if before else 0
         if outcome == "finished":
-            cmd, how = ["vf-rl", "@", CONFIG, *overrides(args.dir / "outputs", args.steps), "--tmux-socket",
-                        socket], "afresh (max_steps reached)"
+            cmd, how = fresh_command(args, socket), "afresh (max_steps reached)"
         elif (cmd := continue_command(run_dir, log_offset)) is not None:
             how = "printed command"
         else:
             from vfrl.trainer.checkpoint import latest_checkpoint
             if latest_checkpoint(paths.checkpoints) is not None:
-                cmd, how = ["vf-rl", "@", CONFIG, *overrides(args.dir / "outputs", args.steps), "--tmux-socket",
-                            socket, "--resume", "latest"], "--resume latest"
+                cmd, how = fresh_command(args, socket, "--resume", "latest"), "--resume latest"
             else:
-                cmd, how = ["vf-rl", "@", CONFIG, *overrides(args.dir / "outputs", args.steps), "--tmux-socket",
-                            socket], "afresh (no checkpoint)"
+                cmd, how = fresh_command(args, socket), "afresh (no checkpoint)"
         rec["continued"] = how
         rec["command"] = shlex.join(cmd)
         c = resume_step(cmd, run_base)
@@ -464,7 +470,7 @@ def one_round(k: int, rng: random.Random, run_dir: Path, socket: str, args, chec
 def reference_run(args) -> Path:
     out = args.dir / "reference"
     socket = f"chaosref-{os.getpid()}"
-    cmd = [VF_RL, "@", CONFIG, *overrides(out, args.steps), "--tmux-socket", socket, "--no-attach"]
+    cmd = [VF_RL, "@", args.config, *overrides(args, out), "--tmux-socket", socket, "--no-attach"]
     log(f"reference run: {shlex.join(cmd)}")
     try:
         with open(args.dir / "reference.console", "w") as f:
@@ -473,7 +479,7 @@ def reference_run(args) -> Path:
         subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)
     if res.returncode != 0:
         raise SystemExit(f"the reference run exited {res.returncode}; see {args.dir / 'reference.console'}")
-    return out / SESSION
+    return out / args.session
 
 
 def loss_totals(rounds: list[dict]) -> dict:
@@ -503,17 +509,38 @@ def table(rounds: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    import tomllib
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steps", type=int, default=300, help="max_steps of the runs")
+    ap.add_argument("--config", default=CONFIG, help="the run's config; one with inference.base_url trains "
+                    "against that server (vLLM's processes are then no victims)")
+    ap.add_argument("--victims", default=",".join(VICTIMS), help="comma-separated, of: " + ", ".join(VICTIMS))
+    ap.add_argument("--save-steps", type=int, default=10)
+    ap.add_argument("--eval-steps", type=int, default=20)
     ap.add_argument("--dir", type=Path, default=Path("/tmp/vfrl-chaos"), help="where the runs go")
     ap.add_argument("--out", type=Path, default=None, help="JSON of every round (default DIR/chaos.json)")
     ap.add_argument("--reference", type=Path, default=None, help="an uninterrupted run dir to reuse")
     ap.add_argument("--keep", action="store_true", help="keep the chaos run's directories")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     args.dir = args.dir.resolve()
+    args.victims = [v.strip() for v in args.victims.split(",")]
+    unknown = sorted(set(args.victims) - set(VICTIMS))
+    if unknown:
+        ap.error(f"unknown victims {unknown}; choose from {VICTIMS}")
+    config = tomllib.loads((ROOT / args.config).read_text())
+    args.remote = "base_url" in config.get("inference", {})
+    args.session = config.get("trainer", {}).get("args", {}).get("run_name", "vfrl")
+    return args
+
+
+def chaos(args: argparse.Namespace) -> dict:
+    """The reference run, then the rounds; returns {"summary", "rounds", "skipped"} (also written to --out)."""
+    import shutil
+
     out_json = args.out or args.dir / "chaos.json"
     t_start = time.monotonic()
     load_before = os.getloadavg()
@@ -526,43 +553,48 @@ def main() -> None:
     ref_s = time.monotonic() - t_start
     log(f"reference: {len(reference)} steps in {ref_s:.0f}s ({ref_dir})")
 
-    import shutil
     shutil.rmtree(args.dir / "outputs", ignore_errors=True)
     socket = f"chaos-{os.getpid()}"
     rng = random.Random(args.seed)
     checks = Checks(reference)
     rounds: list[dict] = []
     skipped: list[dict] = []
-    run_base = args.dir / "outputs" / SESSION
+    run_base = args.dir / "outputs" / args.session
     t_chaos = time.monotonic()
     try:
-        run_dir, _ = launch(["vf-rl", "@", CONFIG, *overrides(args.dir / "outputs", args.steps), "--tmux-socket",
-                             socket], run_base)
+        run_dir, _ = launch(fresh_command(args, socket), run_base)
         while len(rounds) < args.rounds and len(skipped) < args.rounds:
             if RunDir(run_dir).exit_code("trainer").exists():  # reached max_steps (or stopped on its own)
                 log(f"{run_dir} ended ({RunDir(run_dir).exit_code('trainer').read_text().strip()}): a fresh run")
-                stop_session(socket)
-                run_dir, _ = launch(["vf-rl", "@", CONFIG, *overrides(args.dir / "outputs", args.steps),
-                                     "--tmux-socket", socket], run_base)
+                stop_session(socket, args.session)
+                run_dir, _ = launch(fresh_command(args, socket), run_base)
             rec, run_dir = one_round(len(rounds) + 1, rng, run_dir, socket, args, checks, run_base)
             # no fault injected (the run reached max_steps while the round waited): drawn again, not counted
             (skipped if rec["outcome"] == "no victim" else rounds).append(rec)
             out_json.write_text(json.dumps({"rounds": rounds, "skipped": skipped}, indent=1))
     finally:
-        stop_session(socket)
+        stop_session(socket, args.session)
         subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True)
-        for d in run_base.parent.glob(f"{SESSION}*"):
+        for d in run_base.parent.glob(f"{args.session}*"):
             left = run_procs(d.resolve())
             if left:
                 log(f"left behind in {d}: {procs.describe(left)}; terminating")
                 procs.terminate(left, grace=5)
-    chaos_s = time.monotonic() - t_chaos
     summary = {"seed": args.seed, "rounds_run": len(rounds), "steps": args.steps,
-               "reference_s": round(ref_s), "chaos_s": round(chaos_s), "load_before": load_before,
-               "load_after": os.getloadavg(),
+               "reference_s": round(ref_s), "chaos_s": round(time.monotonic() - t_chaos),
+               "load_before": load_before, "load_after": os.getloadavg(),
                "skipped": len(skipped), "loss_checks": loss_totals(rounds),
                "failures": [(r["round"], c) for r in rounds for c in r["checks"]]}
-    out_json.write_text(json.dumps({"summary": summary, "rounds": rounds, "skipped": skipped}, indent=1))
+    result = {"summary": summary, "rounds": rounds, "skipped": skipped}
+    out_json.write_text(json.dumps(result, indent=1))
+    if not args.keep:
+        shutil.rmtree(args.dir / "outputs", ignore_errors=True)
+    return result
+
+
+def main() -> None:
+    result = chaos(parse_args())
+    rounds = result["rounds"]
     print()
     print(table(rounds))
     print()
@@ -576,9 +608,7 @@ def main() -> None:
               f"{r.get('restart_s', '-')} | {ls.get('vs_reference')} / {ls.get('vs_before_fault')}, "
               f"{ls.get('exact')}, {ls.get('max_abs_diff', 0):.1e} | {'; '.join(r['checks']) or 'ok'} |")
     print()
-    print(json.dumps(summary, indent=1))
-    if not args.keep:
-        shutil.rmtree(args.dir / "outputs", ignore_errors=True)
+    print(json.dumps(result["summary"], indent=1))
 
 
 if __name__ == "__main__":
