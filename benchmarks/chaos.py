@@ -4,13 +4,14 @@ random moment, N times, and checks after each fault that nothing was lost, left 
     .venv/bin/python benchmarks/chaos.py [--rounds 20] [--seed 0] [--steps 300] [--out chaos.json]
                                          [--dir /tmp/vfrl-chaos] [--reference RUN_DIR] [--keep]
                                          [--config CFG] [--victims A,B] [--save-steps 10] [--eval-steps 20]
+                                         [--pause-scale 1]
 
 First an uninterrupted reference run (same config and seed; `--reference` reuses one), then the chaos run:
 `vf-rl @ configs/rl/quickstart.toml --detach --inference.port 0 --tmux-socket chaos-<pid>` with checkpoints every
 10 steps, eval every 20 (64 examples) and `inference.max_restarts 1000` (vf-vllm heals every death of vLLM
 while it serves). A `--config` with `inference.base_url` trains against that server instead (no inference
-overrides; its API key from the config's api_key_var): the suite's test_chaos.py runs three rounds so, with
-`--victims` the run's own processes. Each round, drawn from random.Random(seed):
+overrides; its API key from the config's api_key_var; the victims are then the run's own processes): the
+suite's test_chaos.py runs three rounds so. Each round, drawn from random.Random(seed):
 - a victim (of `--victims`, default all): vf-train (trainer.pid), vf-vllm (inference.pid), the vLLM API server
   (vf-vllm's child that is not the reaper), vLLM's engine core (named in logs/inference.log), the trainer pane's
   shell, the inference pane's shell, the tmux server of this script's own socket; SIGKILL, or SIGTERM one time
@@ -61,6 +62,8 @@ VF_RL = str(Path(sys.executable).parent / "vf-rl")
 CONFIG = "configs/rl/quickstart.toml"
 VICTIMS = ["vf-train", "vf-vllm", "vLLM API server", "vLLM engine core", "trainer pane shell",
            "inference pane shell", "tmux server"]
+# what a run with inference.base_url does not have
+OWN_SERVER = {"vf-vllm", "vLLM API server", "vLLM engine core", "inference pane shell"}
 PHASES = ["generation", "push", "checkpoint", "eval"]
 
 
@@ -360,7 +363,7 @@ def one_round(k: int, rng: random.Random, run_dir: Path, socket: str, args, chec
         dict, Path]:
     victim, phase = rng.choice(args.victims), rng.choice(PHASES)
     sig = signal.SIGTERM if rng.random() < 0.2 else signal.SIGKILL
-    time.sleep(rng.uniform(1, 6))
+    time.sleep(rng.uniform(1, 6) * args.pause_scale)  # drawn whatever the scale: a seed draws the same victims
     paths = RunDir(run_dir)
     trainer = read_pid(paths.trainer_pid)
     log_offset = paths.log("trainer").stat().st_size
@@ -517,22 +520,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steps", type=int, default=300, help="max_steps of the runs")
     ap.add_argument("--config", default=CONFIG, help="the run's config; one with inference.base_url trains "
-                    "against that server (vLLM's processes are then no victims)")
-    ap.add_argument("--victims", default=",".join(VICTIMS), help="comma-separated, of: " + ", ".join(VICTIMS))
+                    "against that server (vLLM's processes are then not the run's)")
+    ap.add_argument("--victims", default=None, help="comma-separated, of: " + ", ".join(VICTIMS) + " (default: all "
+                    "the run has)")
     ap.add_argument("--save-steps", type=int, default=10)
     ap.add_argument("--eval-steps", type=int, default=20)
+    ap.add_argument("--pause-scale", type=float, default=1.0, help="times the 1-6 s pause before each round's aim")
     ap.add_argument("--dir", type=Path, default=Path("/tmp/vfrl-chaos"), help="where the runs go")
     ap.add_argument("--out", type=Path, default=None, help="JSON of every round (default DIR/chaos.json)")
     ap.add_argument("--reference", type=Path, default=None, help="an uninterrupted run dir to reuse")
     ap.add_argument("--keep", action="store_true", help="keep the chaos run's directories")
     args = ap.parse_args(argv)
     args.dir = args.dir.resolve()
-    args.victims = [v.strip() for v in args.victims.split(",")]
-    unknown = sorted(set(args.victims) - set(VICTIMS))
-    if unknown:
-        ap.error(f"unknown victims {unknown}; choose from {VICTIMS}")
     config = tomllib.loads((ROOT / args.config).read_text())
     args.remote = "base_url" in config.get("inference", {})
+    if args.victims is None:
+        args.victims = [v for v in VICTIMS if not (args.remote and v in OWN_SERVER)]
+    else:
+        args.victims = [v.strip() for v in args.victims.split(",")]
+    if unknown := sorted(set(args.victims) - set(VICTIMS)):
+        ap.error(f"unknown victims {unknown}; choose from {VICTIMS}")
     args.session = config.get("trainer", {}).get("args", {}).get("run_name", "vfrl")
     return args
 

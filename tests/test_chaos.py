@@ -28,9 +28,9 @@ def test_three_chaos_rounds_lose_nothing_train_nothing_twice_and_leave_nothing(t
                                       num_eval_examples=8),
                          shared_vllm_server.base_url)
     monkeypatch.setenv("SHARED_VLLM_KEY", SharedServer.api_key)
-    args = chaos.parse_args(["--rounds", "3", "--seed", "11", "--steps", "50", "--config", str(cfg),
-                             "--victims", ",".join(VICTIMS), "--save-steps", "4", "--eval-steps", "6",
-                             "--dir", str(tmp_path / "chaos")])
+    args = chaos.parse_args(["--rounds", "3", "--seed", "11", "--steps", "36", "--pause-scale", "0.2",
+                             "--config", str(cfg), "--victims", ",".join(VICTIMS), "--save-steps", "4",
+                             "--eval-steps", "6", "--dir", str(tmp_path / "chaos")])
     assert args.remote and args.session == "chaos"
     result = chaos.chaos(args)
     rounds, summary = result["rounds"], result["summary"]
