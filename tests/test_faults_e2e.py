@@ -135,6 +135,8 @@ def test_vllm_hung_killed_and_killed_again_mid_run(tmp_path, tiny_model, socket_
                              timeout=600)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-2000:]
 
+    # the real engine core is recorded where vf-rl stop's search finds it (its title hides the run's marker)
+    assert engine_core(run_dir) in {p.pid for p in procs.recorded_engines(run_dir)}
     # the engine core killed: vf-vllm ends that server and starts another, the trainer waits for it and goes on
     engine = stop_the_server(run_dir, "9", victim=engine_core)
     restarts = run_dir / "inference.restarts.jsonl"

@@ -52,7 +52,8 @@ trainer_pid = Path(os.environ["TRAINER_PID"]) if "TRAINER_PID" in os.environ els
 code = run_supervised([sys.executable, "-c", {FAKE_SERVER!r}], env=None, trainer_pid=trainer_pid,
                       started=lambda pid: print("server", pid, flush=True),
                       health_url=os.environ.get("HEALTH_URL"),
-                      max_restarts=int(os.environ.get("MAX_RESTARTS", "0")), restarts_log=os.environ.get("RESTARTS"))
+                      max_restarts=int(os.environ.get("MAX_RESTARTS", "0")), restarts_log=os.environ.get("RESTARTS"),
+                      engines_file=os.environ.get("ENGINES"))
 print("exit", code, flush=True)
 """
 
@@ -105,6 +106,34 @@ def test_a_dead_engine_core_ends_the_server_at_once(tmp_path):
         text = out.read_text()
         assert f"vLLM's engine core (pid {engine}) exited while the server ran; ending the server" in text, text
         assert "exit 137" in text and took < 10, (took, text)
+    finally:
+        cleanup(pgid, proc)
+
+
+def test_the_runs_process_search_finds_the_engine_core_by_vf_vllms_record_alone(tmp_path):
+    """vLLM's process title overwrites the engine core's environment, the run's marker with it, so with its pane,
+    vf-vllm and the server gone nothing led to it. vf-vllm records each engine core it sees (pid and start time)
+    in the run dir, and the search finds it there with no pane and no marker; a record whose pid is now another
+    process's (another start time) names nothing."""
+    from vfrl.launcher import procs
+    from vfrl.proc_table import stat
+    from vfrl.run_dir import RunDir
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    engines = RunDir(run_dir).inference_engines
+    proc, pgid, engine, out = start_supervised(tmp_path, ENGINES=str(engines))
+    try:
+        start = stat(engine).start
+        wait_until(lambda: engines.exists() and f"{engine} {start}" in engines.read_text(), 30, "the engine's record")
+        assert b"VFRL_RUN_DIR" not in Path(f"/proc/{engine}/environ").read_bytes()  # the marker cannot find it
+        assert procs.Proc(engine, start) in procs.pane_processes([], run_dir)
+        other = tmp_path / "other"
+        other.mkdir()
+        RunDir(other).inference_engines.write_text(f"{engine} {start + 1}\nnot a record\n")
+        assert procs.pane_processes([], other) == set()
+        engines.unlink()
+        assert procs.Proc(engine, start) not in procs.pane_processes([], run_dir)  # the record is what finds it
     finally:
         cleanup(pgid, proc)
 

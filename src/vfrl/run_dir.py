@@ -72,6 +72,11 @@ class RunDir:
             return []
 
     @property
+    def inference_engines(self) -> Path:
+        """`pid start` per line: each vLLM engine core vf-vllm saw (its title hides the run's marker; procs.py)."""
+        return self.path / "inference.engines"
+
+    @property
     def trainer_pid(self) -> Path:
         return self.path / "trainer.pid"
 

@@ -235,7 +235,8 @@ def serve(
     raise typer.Exit(run_supervised(argv, server_env(dict(os.environ), not cfg.serves_adapters, argv),
                                     started=started, health_url=health, max_restarts=cfg.inference.max_restarts,
                                     restarts_log=RunDir(pid_file.parent).inference_restarts if pid_file else None,
-                                    trainer_pid=RunDir(pid_file.parent).trainer_pid if pid_file else None))
+                                    trainer_pid=RunDir(pid_file.parent).trainer_pid if pid_file else None,
+                                    engines_file=RunDir(pid_file.parent).inference_engines if pid_file else None))
 
 
 def config_argv(cfg, port: int | None = None) -> list[str]:

@@ -131,10 +131,13 @@ class TrainerGone:
         return pid if time.monotonic() - self.gone_at >= self.grace else None
 
 
-def wait_watching_engine(proc: subprocess.Popen, say, stopping, poll: float = 0.5, serving=None) -> int:
+def wait_watching_engine(proc: subprocess.Popen, say, stopping, poll: float = 0.5, serving=None,
+                         engines_file: Path | None = None) -> int:
     """proc.wait(), but once an engine core seen in the server's group is gone while the server still runs (and
     is not `stopping()`: asked to stop, when its engine ends first), end the group: the server without its engine
-    cannot serve, and may not notice (a hang at shutdown). `serving()`, when given, is asked each poll."""
+    cannot serve, and may not notice (a hang at shutdown). `serving()`, when given, is asked each poll. Each engine
+    core seen is appended to `engines_file` as `pid start`, so `vf-rl stop` finds one that outlived every ancestor
+    (vLLM's process title overwrites the environment that carries the run's marker)."""
     seen: set[int] = set()
     while True:
         try:
@@ -161,6 +164,9 @@ def wait_watching_engine(proc: subprocess.Popen, say, stopping, poll: float = 0.
             return proc.wait()
         for pid in sorted(now - seen):  # named in the log: the pid an OOM-killer line in the kernel log will give
             say(f"vf-vllm: vLLM's engine core is pid {pid}", flush=True)
+            if engines_file is not None and (st := stat(pid)):
+                with open(engines_file, "a") as f:
+                    f.write(f"{pid} {st.start}\n")
         seen |= now
 
 
@@ -171,11 +177,12 @@ def start_reaper(pgid: int) -> subprocess.Popen:
 
 
 def run_supervised(argv: list[str], env: dict[str, str], say=print, started=None, health_url: str | None = None,
-                   max_restarts: int = 0, restarts_log: Path | None = None, trainer_pid: Path | None = None) -> int:
+                   max_restarts: int = 0, restarts_log: Path | None = None, trainer_pid: Path | None = None,
+                   engines_file: Path | None = None) -> int:
     """Run `argv` as the leader of a new process group; return its exit code (128 + N for signal N).
     `started(pid)`, when given, is called with the server's pid each time it starts. A server that exits unasked
     after it answered `health_url` is started again, up to `max_restarts` times; the server is stopped once the
-    vf-train of `trainer_pid` is gone (module docstring)."""
+    vf-train of `trainer_pid` is gone (module docstring); its engine cores are recorded in `engines_file`."""
     asked: list[int] = []
     running: list[subprocess.Popen] = []  # the server now
 
@@ -207,7 +214,7 @@ def run_supervised(argv: list[str], env: dict[str, str], say=print, started=None
         if started is not None:
             started(proc.pid)
         serving = Serving(health_url)
-        code = wait_watching_engine(proc, say, stopping=stopping, serving=serving)
+        code = wait_watching_engine(proc, say, stopping=stopping, serving=serving, engines_file=engines_file)
         code = code if code >= 0 else 128 - code
         again = not asked and restarts < max_restarts and serving.since is not None
         if again:  # said before the clean-up below, so the trainer waits for the new server from the start

@@ -3,7 +3,9 @@
 A process belongs to the run if it descends from one of its live panes (a pane's shell is a session
 leader: tmux calls setsid, so its processes also carry its pid as session id), or if it carries the
 run's marker `VFRL_RUN_DIR=<run dir>` in its environment (the pane scripts export it, children
-inherit it; that finds orphans of a pane that already exited). Pids are small and get reused
+inherit it; that finds orphans of a pane that already exited), or if it is an engine core vf-vllm recorded in
+the run dir (`inference.engines`: vLLM's process title overwrites the engine core's environment, marker and
+all). Pids are small and get reused
 (pid_max is 32768 here), so a process is named by (pid, start time), and every signal re-checks it.
 """
 
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vfrl.proc_table import stat, table
+from vfrl.run_dir import RunDir
 
 MARKER = "VFRL_RUN_DIR"
 
@@ -35,16 +38,26 @@ def _has_marker(pid: int, marker: bytes) -> bool:
 
 def pane_processes(leaders: list[int], run_dir: Path | None = None) -> set[Proc]:
     """Live processes of the run: the live pane shells `leaders`, their sessions and descendants, and
-    (given run_dir) every process that carries the run's marker."""
+    (given run_dir) every process that carries the run's marker or is an engine core recorded in it."""
     processes = table()
     found = {p for p in leaders if p in processes}
     found |= {pid for pid, st in processes.items() if st.sid in found}
     if run_dir is not None:
         marker = f"{MARKER}={run_dir}".encode()
         found |= {pid for pid in processes if _has_marker(pid, marker)}
+        found |= {p.pid for p in recorded_engines(run_dir) if p.pid in processes and processes[p.pid].start == p.start}
     while children := {pid for pid, st in processes.items() if st.ppid in found} - found:
         found |= children
     return {Proc(pid, processes[pid].start) for pid in found}
+
+
+def recorded_engines(run_dir: Path) -> set[Proc]:
+    """The engine cores the run's vf-vllm recorded (RunDir.inference_engines), alive or not."""
+    try:
+        lines = RunDir(run_dir).inference_engines.read_text().split("\n")
+    except OSError:
+        return set()
+    return {Proc(int(f[0]), int(f[1])) for line in lines if len(f := line.split()) == 2 and all(map(str.isdigit, f))}
 
 
 def alive(procs: set[Proc]) -> set[Proc]:
