@@ -7,9 +7,10 @@ Each run is `vf-rl @ CONFIG --no-attach --trainer.args.num_batches_ahead K` in i
 go k by k in turn, so a load that changes over time hits every k alike. Per run, from metrics.jsonl: the wall
 time (launch to exit), the median step time, the steps and seconds of training until the reward (the mean of
 5 steps) first reaches `--target`, the last 5 steps' reward, the mean staleness (step - 1 - policy_version)
-and mismatch_kl. `--corrections token_truncate,token_mask` (vllm_importance_sampling_mode values) adds, for
-every k > 0, a run per mode with `vllm_importance_sampling_correction = true`, in the same rounds; those rows
-also give the mean importance weight and the fraction of tokens the mask took out. Writes
+and mismatch_kl, and each step's reward and mismatch_kl (the curves, in the JSON). `--corrections
+token_truncate,token_mask` (vllm_importance_sampling_mode values) adds, for every k > 0, a run per mode with
+`vllm_importance_sampling_correction = true`, in the same rounds; those rows also give the mean importance
+weight and the fraction of tokens the mask took out. Writes
 docs/benchmarks/batches_ahead_<config>.json and its section of docs/benchmarks.md.
 """
 
@@ -62,6 +63,8 @@ def run(config: str, k: int, out: Path, target: float, extra: list[str], correct
         "mismatch_kl_mean": statistics.fmean(r["mismatch_kl"] for r in rows),
         "importance_weight_mean": round(statistics.fmean(weights), 4) if weights else None,
         "masked_fraction_mean": round(statistics.fmean(masked), 5) if masked else None,
+        "curves": {"reward_mean": [round(x, 4) for x in rewards],
+                   "mismatch_kl": [float(f"{r['mismatch_kl']:.3g}") for r in rows]},
     }
 
 
