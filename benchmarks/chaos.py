@@ -13,7 +13,7 @@ while it serves). A `--config` with `inference.base_url` trains against that ser
 overrides; its API key from the config's api_key_var; the victims are then the run's own processes): the
 suite's test_chaos.py runs three rounds so. Each round, drawn from random.Random(seed):
 - a victim (of `--victims`, default all): vf-train (trainer.pid), vf-vllm (inference.pid), the vLLM API server
-  (vf-vllm's child that is not the reaper), vLLM's engine core (named in logs/inference.log), the trainer pane's
+  (vf-vllm's child that is not the reaper), vLLM's engine core (recorded in inference.engines), the trainer pane's
   shell, the inference pane's shell, the tmux server of this script's own socket; SIGKILL, or SIGTERM one time
   in five;
 - a phase to aim at, polled for from outside before the kill: `checkpoint` (a checkpoints/.step-N.tmp dir),
@@ -109,13 +109,6 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-def comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
-
-
 def tmux_server_pid(socket: str) -> int | None:
     out = subprocess.run(["tmux", "-L", socket, "display-message", "-p", "#{pid}"], capture_output=True, text=True)
     return int(out.stdout) if out.returncode == 0 and out.stdout.strip().isdigit() else None
@@ -136,12 +129,9 @@ def victim_pid(victim: str, run_dir: Path, socket: str, session: str) -> int | N
         kids = subprocess.run(["pgrep", "-P", str(sup.pid)], capture_output=True, text=True).stdout.split()
         kids = [int(k) for k in kids if "vfrl.inference.reaper" not in cmdline(int(k))]
         return kids[0] if len(kids) == 1 else None
-    if victim == "vLLM engine core":
-        text = paths.log("inference").read_text(errors="replace")
-        if "engine core is pid " not in text:
-            return None
-        pid = int(text.split("engine core is pid ")[-1].split()[0])
-        return pid if "EngineCor" in comm(pid) else None  # comm is cut at 15 characters: VLLM::EngineCor
+    if victim == "vLLM engine core":  # the newest live one vf-vllm recorded (a restart records another)
+        live = procs.alive(procs.recorded_engines(run_dir))
+        return max(live, key=lambda p: p.start).pid if live else None
     if victim in ("trainer pane shell", "inference pane shell"):
         state = tmux.pane_state(tmux.server(socket), session, victim.split()[0])
         return state.pid if state and not state.dead else None

@@ -26,7 +26,6 @@ the trainer reads to wait for it instead of stopping (trainer/inference_watch.py
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -36,6 +35,7 @@ import urllib.request
 from pathlib import Path
 
 from vfrl.proc_table import group_members, stat
+from vfrl.run_dir import append_jsonl
 
 ENGINE_CORE = "VLLM::EngineCore"  # the process title vLLM gives its engine core
 
@@ -223,9 +223,8 @@ def run_supervised(argv: list[str], env: dict[str, str], say=print, started=None
             say(f"vf-vllm: the vLLM server exited ({code}) after serving for {served_s:.0f}s; starting it again "
                 f"({restarts} of {max_restarts}, inference.max_restarts)", flush=True)
             if restarts_log is not None:
-                with open(restarts_log, "a") as f:
-                    f.write(json.dumps({"restart": restarts, "max_restarts": max_restarts, "exit_code": code,
-                                        "served_s": round(served_s, 1), "time": time.time()}) + "\n")
+                append_jsonl(restarts_log, {"restart": restarts, "max_restarts": max_restarts, "exit_code": code,
+                                            "served_s": round(served_s, 1), "time": time.time()})
         elif not asked and max_restarts and serving.since is None:
             say(f"vf-vllm: the vLLM server exited ({code}) before it served; not starting it again", flush=True)
         elif not asked and max_restarts:
