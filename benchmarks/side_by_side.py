@@ -28,6 +28,7 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -558,10 +559,11 @@ def write_trl_rows(case: Case, config: dict, work: Path) -> tuple[Path, Path | N
 
 
 def run_trl(case: Case, config: dict, model: Path, trl_py: Path, data: tuple[Path, Path | None], work: Path, i: int,
-            trl_vllm: str, gain: float) -> dict:
+            trl_vllm: str, gain: float, keep_path: bool = False) -> dict:
     out = work / f"trl-{case.name.replace('@', '-')}-{i}.jsonl"
     cmd = [rel(trl_py), *trl_args(case, config, model, data[0], out, trl_vllm, data[1])]
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | TRL_ENV
+    # TRL's own venv has no vfrl: no PYTHONPATH into it. A --trl-python keeps it (the GPU machine's site holds TRL).
+    env = (dict(os.environ) if keep_path else {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}) | TRL_ENV
     record = {"command": shlex.join(cmd), "env": " ".join(f"{k}={v}" for k, v in TRL_ENV.items()),
               "load_before": os.getloadavg()}
     launch, wall, code = run_logged(cmd, env, out.with_suffix(".log"))
@@ -572,7 +574,8 @@ def run_trl(case: Case, config: dict, model: Path, trl_py: Path, data: tuple[Pat
 
 def run_vfrl(case: Case, work: Path, i: int, gain: float) -> dict:
     name = f"sbs-{case.name.replace('@', '-')}-{i}-{work.name}"
-    cmd = [str(BIN / "vf-rl"), "@", case.config, "--no-attach", "--trainer.args.max_steps", str(case.steps),
+    vf_rl = BIN / "vf-rl" if (BIN / "vf-rl").exists() else Path(shutil.which("vf-rl") or "vf-rl")  # else: on PATH
+    cmd = [str(vf_rl), "@", case.config, "--no-attach", "--trainer.args.max_steps", str(case.steps),
            "--trainer.args.batch_size", str(case.rollouts), "--trainer.args.run_name", name,
            "--trainer.args.output_dir", rel(work), "--inference.port", "0"]
     record = {"command": shlex.join(cmd), "load_before": os.getloadavg()}
@@ -616,6 +619,9 @@ def main() -> None:
     ap.add_argument("--trl-vllm", choices=["auto", "none", "colocate"], default="auto",
                     help="TRL's generation: auto = model.generate on CPU, vLLM colocate on a GPU (server mode, which "
                          "needs `trl vllm-serve` on GPUs of its own, is not wired yet)")
+    ap.add_argument("--trl-python", type=Path,
+                    help="a Python that already has TRL, run with this command's PYTHONPATH (the GPU machine's, "
+                         "TRL carried in the bundle: docs/gpu.md); default: benchmarks/trl_env.sh's venv")
     ap.add_argument("--docs", type=Path, default=ROOT / "docs",
                     help="where benchmarks.md, benchmarks/side_by_side.json and the plots go")
     ap.add_argument("--render-only", action="store_true",
@@ -638,8 +644,9 @@ def main() -> None:
     gpus = gpu_names()
     trl_vllm = ("colocate" if gpus else "none") if args.trl_vllm == "auto" else args.trl_vllm
 
-    trl_py = ROOT / subprocess.run(["bash", "benchmarks/trl_env.sh"], cwd=ROOT, check=True, capture_output=True,
-                                   text=True, env=os.environ | {"VFRL_VENV": str(BIN.parent)}).stdout.strip()
+    trl_py = args.trl_python or ROOT / subprocess.run(
+        ["bash", "benchmarks/trl_env.sh"], cwd=ROOT, check=True, capture_output=True, text=True,
+        env=os.environ | {"VFRL_VENV": str(BIN.parent)}).stdout.strip()
     work = ROOT / "outputs" / "side_by_side" / time.strftime("%Y%m%d-%H%M%S")
     work.mkdir(parents=True)
     out_dir = args.docs / "benchmarks"
@@ -664,7 +671,8 @@ def main() -> None:
                                               "rounds": [], "summary": {}}
         for i in range(1, args.runs + 1):
             print(f"side_by_side.py: {case.name}, round {i}/{args.runs}: TRL", flush=True)
-            r = {"trl": run_trl(case, config, model, trl_py, data, work, i, trl_vllm, args.gain)}
+            r = {"trl": run_trl(case, config, model, trl_py, data, work, i, trl_vllm, args.gain,
+                                keep_path=args.trl_python is not None)}
             print(f"side_by_side.py: {case.name}, round {i}/{args.runs}: vf-rl", flush=True)
             r["vfrl"] = run_vfrl(case, work, i, args.gain)
             if "summary" in r["trl"] and "summary" in r["vfrl"]:

@@ -29,6 +29,7 @@ per eval: `{"eval": true, "step": optimizer steps done, "t": time.time() at its 
 """
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -142,13 +143,18 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
+    import pyarrow as pa
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     def rows(path):
-        return Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in json.load(open(path))])
+        # Made with its fingerprint: datasets' own hashes the Arrow table with dill, which fails under Python 3.12
+        # with pyarrow 26 (`Can't pickle <class 'MonthDayNano'>`), the GPU machine's Python
+        text = open(path, "rb").read()
+        table = pa.Table.from_pylist([{"prompt": r["prompt"], "answer": r["answer"]} for r in json.loads(text)])
+        return Dataset(table, fingerprint=hashlib.sha256(text).hexdigest()[:16])
 
     dataset = rows(args.data)
     eval_dataset = rows(args.eval_data) if args.eval_data else None
