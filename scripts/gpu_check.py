@@ -43,6 +43,7 @@ import math
 import os
 import platform
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -528,6 +529,7 @@ class VfVllm:
                "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
         if self.ctx.device != "cuda":
             env["CUDA_VISIBLE_DEVICES"] = ""
+        (self.dir / "server.pid").unlink(missing_ok=True)  # a last run's pid, dead, would read as a server lost
         self.log = open(self.dir / "server.log", "w")
         code = "import sys; from vfrl.inference.server import main; sys.argv[0] = 'vf-vllm'; main()"
         self.proc = subprocess.Popen([sys.executable, "-c", code, "@", str(self.config), "--pid-file",
@@ -684,12 +686,12 @@ def check_vf_rl_shared_run(ctx: Context) -> dict:
         subprocess.run([sys.executable, "-m", "vfrl.make_tiny_model", "--out", str(tiny)], env=env, check=True,
                        capture_output=True)
     outputs = ctx.workdir / "vf-rl-outputs"
+    shutil.rmtree(outputs, ignore_errors=True)  # a last run's directory would be resumed or refused
     t0 = time.perf_counter()
     run = subprocess.run(
         [sys.executable, "-c", "from vfrl.launcher.cli import main; main()", "@", "configs/rl/quickstart.toml",
          "--no-attach", "--model", str(tiny), "--inference.port", "0", "--inference.share_gpus", "always",
          "--trainer.args.max_steps", "5", "--trainer.args.output_dir", str(outputs),
-         "--trainer.args.lora_sync", "adapter",  # runtime LoRA, the usual GPU path (the quick start merges for CPUs)
          "--tmux-socket", f"vfrl-gpu-check-{os.getpid()}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     wall = time.perf_counter() - t0
@@ -704,8 +706,16 @@ def check_vf_rl_shared_run(ctx: Context) -> dict:
            "inference_devices": next((line for line in inference_sh.splitlines() if "CUDA_VISIBLE_DEVICES" in line),
                                      None),
            "stderr_tail": run.stderr[-1500:]}
+    log = run_dir / "logs" / "inference.log"
+    log_lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    planned = re.search(r"gpu.memory.utilization[ =]+([0-9.]+)", inference_sh)
+    out["gpu_memory_utilization"] = float(planned.group(1)) if planned else None
+    out["vllm_memory"] = [line.split("] ", 1)[-1] for line in log_lines  # vLLM's own account of the plan's share
+                          if re.search(r"Model loading took|Available KV cache memory|GPU KV cache size", line)]
     if run.returncode != 0 or len(steps) != 5:
-        raise RuntimeError(f"vf-rl exited {run.returncode} after {len(steps)} of 5 steps; see {run_dir}/logs")
+        errors = [line for line in log_lines if re.search(r"Error|error:", line)][-3:]
+        raise CheckFailed(f"vf-rl exited {run.returncode} after {len(steps)} of 5 steps; see {run_dir}/logs"
+                          + (f"; inference.log: {errors[-1][-300:]}" if errors else ""), out | {"errors": errors})
     return out
 
 

@@ -1,5 +1,5 @@
 """scripts/gpu_bundle.py without a network: what it carries, the slimmed wheel pip still accepts, and parts that join
-into the same wheels (or refuse to)."""
+into the same wheels (or refuse to) and install with the environment to run them."""
 
 from __future__ import annotations
 
@@ -101,6 +101,17 @@ def test_parts_join_into_the_wheels_and_a_changed_part_is_refused(tmp_path):
     gpu_bundle.join(argparse.Namespace(parts=str(parts_dir), to=str(out)))
     for wheel in slim.glob("*.whl"):
         assert (out / wheel.name).read_bytes() == wheel.read_bytes()
+
+    # install: the wheels into a site with pip (offline), vfrl's console scripts, the environment to run with
+    site, env_file = tmp_path / "site", tmp_path / "env.sh"
+    gpu_bundle.install(argparse.Namespace(parts=str(parts_dir), wheels=str(tmp_path / "wheels"), site=str(site),
+                                          env_file=str(env_file)))
+    assert (site / "p2" / "data.bin").read_bytes() == bytes(range(256)) * 1200
+    assert (site / "bin" / "vf-vllm").read_text().startswith("#!")
+    env = env_file.read_text()
+    assert f"export PYTHONPATH='{site}:{ROOT / 'src'}" in env and f"export PATH='{site / 'bin'}:" in env
+    # the bundle leaves flashinfer out, which vLLM 0.25.1's sampler imports unless told not to (the H200 run)
+    assert "export VLLM_USE_FLASHINFER_SAMPLER='0'" in env
 
     first = parts_dir / parts[0]["name"]
     first.write_bytes(b"x" + first.read_bytes()[1:])

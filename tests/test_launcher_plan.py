@@ -257,6 +257,23 @@ def test_quickstart_on_one_gpu_shares_it_and_vllm_gets_half(tmp_path):
     assert "VFRL_TRAINER_LOADS_AFTER_VLLM" not in plan.inference.env
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float"])
+def test_runtime_lora_in_float32_on_a_gpu_is_refused_in_one_line(tmp_path, dtype):
+    # vLLM's LoRA kernels take float16/bfloat16 only: on an H200 the quick start with lora_sync = "adapter" died in
+    # vLLM's start-up profile (AssertionError in lora_shrink). Merged adapters, the CPU and bfloat16 are fine.
+    c = shipped("quickstart.toml", tmp_path, TINY, lora_sync="adapter")
+    c.inference.args["dtype"] = dtype
+    with pytest.raises(PlanError) as e:
+        make_plan(c, tmp_path / "run", "s", H100, tmp_path)
+    assert str(e.value).startswith(f'inference.args.dtype = "{dtype}" is invalid: vLLM serves runtime LoRA adapters '
+                                   "on a GPU in float16 or bfloat16 only")
+    assert make_plan(c, tmp_path / "cpu", "s", Machine(0, 8), tmp_path).device == "cpu"
+    c.inference.args["dtype"] = "bfloat16"
+    assert make_plan(c, tmp_path / "bf16", "s", H100, tmp_path).device == "cuda"
+    merged = shipped("quickstart.toml", tmp_path, TINY)  # lora_sync = "merged", float32: what ran on the H200
+    assert merged.inference.args["dtype"] == "float32" and make_plan(merged, tmp_path / "m", "s", H100, tmp_path)
+
+
 def test_qwen_05b_on_one_gpu_gives_the_trainer_its_estimate_and_vllm_the_kv_cache(tmp_path):
     plan = make_plan(shipped("qwen2.5-0.5b-instruct.toml", tmp_path, QWEN_05B), tmp_path / "run", "s", H100, tmp_path)
     m = plan.memory

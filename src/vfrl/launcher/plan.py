@@ -236,6 +236,12 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
         inf_dev, tr_dev = [], list(machine.ids[:cfg.trainer.gpus])
         tr_env["CUDA_VISIBLE_DEVICES"] = ",".join(tr_dev)
     elif use_gpu:
+        if cfg.serves_adapters and str(cfg.inference.args.get("dtype", "auto")) in ("float32", "float"):
+            # vLLM's Triton LoRA kernels assert float16/bfloat16: the engine dies in its first profile run (H200)
+            raise PlanError("inference.args.dtype", f'"{cfg.inference.args["dtype"]}"',
+                            "vLLM serves runtime LoRA adapters on a GPU in float16 or bfloat16 only; use "
+                            '"bfloat16", or trainer.args.lora_sync = "merged" (the adapter merged into the weights, '
+                            "any dtype)")
         inf_dev, tr_dev = split_gpus(cfg.inference.gpus, cfg.trainer.gpus, machine.ids, cfg.inference.share_gpus)
         inf_env["CUDA_VISIBLE_DEVICES"] = ",".join(inf_dev)
         tr_env["CUDA_VISIBLE_DEVICES"] = ",".join(tr_dev)
