@@ -76,6 +76,8 @@ def main() -> None:
     p.add_argument("--target", type=float, default=0.8, help="the reward (mean of 5 steps) timed to")
     p.add_argument("--max-steps", type=int, help="the config's max_steps otherwise")
     p.add_argument("--corrections", default="", help="vllm_importance_sampling_mode values to add for k > 0")
+    p.add_argument("--name", help="names the results file and the docs section (default: the config's stem), so a "
+                                  "second table on one config keeps the first")
     a = p.parse_args()
     modes = [m for m in a.corrections.split(",") if m]
     extra = ["--trainer.args.max_steps", str(a.max_steps)] if a.max_steps else []
@@ -89,7 +91,7 @@ def main() -> None:
                     out = Path(tmp) / f"r{r}-k{k}-{mode or 'plain'}"
                     results.append(run(a.config, k, out, a.target, extra, mode) | {"round": r})
                     print(json.dumps(results[-1]), flush=True)
-    name = Path(a.config).stem
+    name = a.name or Path(a.config).stem
     machine = f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, no GPU"
     out = ROOT / "docs" / "benchmarks" / f"batches_ahead_{name}.json"
     out.write_text(json.dumps({"config": a.config, "target": a.target, "machine": machine, "load_before": load,
@@ -101,16 +103,17 @@ def main() -> None:
         f"{x['staleness_mean']:.2f} | {x['mismatch_kl_mean']:.1e} | "
         f"{x['importance_weight_mean'] if x['importance_weight_mean'] is not None else '-'} | "
         f"{x['masked_fraction_mean'] if x['masked_fraction_mean'] is not None else '-'} |\n" for x in results)
-    section = (f"## num_batches_ahead on `{a.config}`\n\n"
+    heading = f"## num_batches_ahead on `{a.config}`" + (f" ({a.name})" if a.name else "")
+    section = (f"{heading}\n\n"
                f"Command: `.venv/bin/python benchmarks/batches_ahead.py --ks {a.ks} --rounds {a.rounds} --config "
                f"{a.config}{f' --max-steps {a.max_steps}' if a.max_steps else ''} --target {a.target}"
-               f"{f' --corrections {a.corrections}' if modes else ''}` "
+               f"{f' --corrections {a.corrections}' if modes else ''}{f' --name {a.name}' if a.name else ''}` "
                f"(results: `docs/benchmarks/{out.name}`)\n\nMachine: {machine}; load average before "
                f"the runs {load:.1f}. Interleaved: each round runs every k in turn.\n\n"
                f"| k | correction | wall time | median step | steps to reward {a.target} | training time to it "
                f"| reward, last 5 | mean staleness | mismatch_kl | importance weight | masked |\n"
                f"|---|---|---|---|---|---|---|---|---|---|---|\n" + table)
-    write_section(ROOT / "docs" / "benchmarks.md", section, heading=f"## num_batches_ahead on `{a.config}`")
+    write_section(ROOT / "docs" / "benchmarks.md", section, heading=heading)
     print(section)
 
 
