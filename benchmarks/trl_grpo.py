@@ -175,8 +175,11 @@ def main() -> None:
             self.row = {"step": state.global_step, "t": now, "step_s": now - self.last, "cpu_s": cpu - self.last_cpu}
             self.last, self.last_cpu = now, cpu
 
+        last_eval_step = None
+
         def on_log(self, _args, state, _control, logs=None, **__):
             if logs and "eval_reward" in logs:
+                StepLog.last_eval_step = state.global_step
                 write({"eval": True, "step": state.global_step, "t": time.time(), "eval_reward": logs["eval_reward"]})
             if not logs or "reward" not in logs:
                 return  # an eval line or the closing train_runtime line
@@ -198,7 +201,8 @@ def main() -> None:
         callbacks=[StepLog()],
     )
     trainer.train()
-    if eval_dataset is not None and args.steps % args.eval_steps:  # vf-rl also evaluates the last policy
+    # vf-rl also evaluates the last policy; transformers 5 does it too after a last step off the eval cadence
+    if eval_dataset is not None and StepLog.last_eval_step != args.steps:
         trainer.evaluate()
     out.close()
 
