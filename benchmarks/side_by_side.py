@@ -64,7 +64,7 @@ end on 100 held-out sums x 2 rollouts. TRL runs in its own venv (`.bench/trl-ven
 arithmetic's last number), LoRA rank and alpha, lr, its schedule and warm-up, rollouts per step and per prompt,
 micro-batch, max tokens, temperature and the eval (same prompts, rollouts per prompt and sampling; TRL samples
 afresh at each eval and pauses training for it, vf-rl reuses its seeds and evaluates beside training); 2 torch
-threads, its default generation (`model.generate`) on CPU and its vLLM colocate mode on a GPU (not run on one yet).
+threads, its default generation (`model.generate`) on CPU and its vLLM colocate mode on a GPU.
 Ratios come from the same round (TRL and vf-rl back to back), then their median over rounds. The command rewrites
 this section, the plots and `docs/benchmarks/side_by_side.json` (machine, load average before and after each run,
 versions, commit, commands, every step and eval). Run it on an otherwise idle machine: other jobs on the same cores
