@@ -48,6 +48,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 import time
 import traceback
 from importlib.util import find_spec
@@ -708,8 +709,9 @@ def check_vf_rl_shared_run(ctx: Context) -> dict:
            "stderr_tail": run.stderr[-1500:]}
     log = run_dir / "logs" / "inference.log"
     log_lines = log.read_text(errors="replace").splitlines() if log.exists() else []
-    planned = re.search(r"gpu.memory.utilization[ =]+([0-9.]+)", inference_sh)
-    out["gpu_memory_utilization"] = float(planned.group(1)) if planned else None
+    resolved = run_dir / "config.toml"  # the plan writes vLLM's share there, for vf-vllm
+    out["gpu_memory_utilization"] = (tomllib.loads(resolved.read_text())["inference"]["args"]
+                                     .get("gpu_memory_utilization") if resolved.exists() else None)
     out["vllm_memory"] = [line.split("] ", 1)[-1] for line in log_lines  # vLLM's own account of the plan's share
                           if re.search(r"Model loading took|Available KV cache memory|GPU KV cache size", line)]
     if run.returncode != 0 or len(steps) != 5:
