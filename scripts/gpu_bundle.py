@@ -114,7 +114,8 @@ TRL = ["trl==1.16.0", "datasets==5.2.0", "dill==0.4.1", "multiprocess==0.70.19"]
 # logs (not the model weights) come back with the results
 FINAL = ("python3 scripts/gpu_bundle.py install && . /tmp/vfrl-env.sh && PYTHONUNBUFFERED=1 timeout 540 python3 "
          "scripts/gpu_check.py --out $OUT/gpu_check.json --workdir /tmp/gc --timeout 200 --only machine model "
-         "vllm_lora_parity vllm_full_sync vf_rl_shared_run; rc=$?; find /tmp/gc \\( -name '*.log' -o -name '*.jsonl' "
+         "vllm_lora_parity vllm_full_sync vf_rl_shared_run vf_rl_shared_run_adapter; rc=$?; "
+         "find /tmp/gc \\( -name '*.log' -o -name '*.jsonl' "
          "-o -name '*.sh' \\) -size -8M | tar czf $OUT/gc_logs.tgz -T -; exit $rc")
 SIDE_BY_SIDE = (". /tmp/vfrl-env.sh; export PYTHONPATH=$PYTHONPATH:$PWD/environments/reverse_text PYTHONUNBUFFERED=1; "
                 "mkdir -p models; ln -sfn /tmp/gc/tiny-reverse models/tiny-reverse; timeout 300 python3 "

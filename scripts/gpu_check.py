@@ -28,6 +28,7 @@ random weights and the tiny model's character tokenizer padded to that vocabular
     vllm_full_sync      vf-vllm in full-weight mode, perturbed weights pushed (FullWeightSync): logprobs vs HF,
                         push time
     vf_rl_shared_run    the whole `vf-rl @ configs/rl/quickstart.toml`, both panes on one GPU, a few steps
+    vf_rl_shared_run_adapter  the same with runtime LoRA (lora_sync = "adapter"), vLLM in bf16 (GPU only)
 
 Each check runs in its own process (--no-isolate: all in this one), so an out-of-memory or a crash is recorded
 and the next check runs with a clean GPU. Exit code 1 if a check failed.
@@ -671,8 +672,12 @@ def check_vllm_full_sync(ctx: Context) -> dict:
     return out
 
 
-def check_vf_rl_shared_run(ctx: Context) -> dict:
-    """The real launcher, tmux and both panes on one GPU (inference.share_gpus = "always"), a few quick-start steps."""
+def check_vf_rl_shared_run(ctx: Context, adapter: bool = False) -> dict:
+    """The real launcher, tmux and both panes on one GPU (inference.share_gpus = "always"), a few quick-start steps:
+    as users run it (merged LoRA, fp32), or with `adapter`: runtime LoRA, vLLM in bf16 (its LoRA kernels take
+    fp16/bf16 only; vf-rl refuses fp32 with it on a GPU)."""
+    if adapter and ctx.device != "cuda":
+        raise Skip("runtime LoRA in bf16 is the GPU's path (the CPU runs vLLM's LoRA unfused, in any dtype)")
     if not (Path(sys.executable).parent / "vf-vllm").exists() and not shutil.which("vf-vllm"):
         raise Skip("vfrl is not installed in this Python (pip install --no-deps -e .) nor on PATH (pip install "
                    "--target DIR puts them in DIR/bin): vf-rl's panes run its console scripts")
@@ -686,13 +691,14 @@ def check_vf_rl_shared_run(ctx: Context) -> dict:
     if not (tiny / "model.safetensors").exists():
         subprocess.run([sys.executable, "-m", "vfrl.make_tiny_model", "--out", str(tiny)], env=env, check=True,
                        capture_output=True)
-    outputs = ctx.workdir / "vf-rl-outputs"
+    outputs = ctx.workdir / ("vf-rl-outputs-adapter" if adapter else "vf-rl-outputs")
     shutil.rmtree(outputs, ignore_errors=True)  # a last run's directory would be resumed or refused
+    runtime_lora = ["--trainer.args.lora_sync", "adapter", "--inference.args.dtype", "bfloat16"] if adapter else []
     t0 = time.perf_counter()
     run = subprocess.run(
         [sys.executable, "-c", "from vfrl.launcher.cli import main; main()", "@", "configs/rl/quickstart.toml",
          "--no-attach", "--model", str(tiny), "--inference.port", "0", "--inference.share_gpus", "always",
-         "--trainer.args.max_steps", "5", "--trainer.args.output_dir", str(outputs),
+         "--trainer.args.max_steps", "5", "--trainer.args.output_dir", str(outputs), *runtime_lora,
          "--tmux-socket", f"vfrl-gpu-check-{os.getpid()}"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
     wall = time.perf_counter() - t0
@@ -843,6 +849,8 @@ def checks(ctx: Context) -> list[tuple[str, callable, tuple[str, ...], tuple[str
         ("vllm_lora_parity", check_vllm_lora_parity, vllm, ("model",)),
         ("vllm_full_sync", check_vllm_full_sync, vllm, ("model",)),
         ("vf_rl_shared_run", check_vf_rl_shared_run, vllm + ("libtmux", "typer"), ("machine",)),
+        ("vf_rl_shared_run_adapter", lambda c: check_vf_rl_shared_run(c, adapter=True), vllm + ("libtmux", "typer"),
+         ("machine",)),
     ]
     return out
 
@@ -966,7 +974,7 @@ def main() -> int:
             record = {"status": "skipped", "reason": f"not installed here: {', '.join(lacking)}"}
         elif failed_need:
             record = {"status": "skipped", "reason": f"needs {', '.join(failed_need)}, which did not pass"}
-        elif name == "vf_rl_shared_run" and not shutil.which("tmux"):
+        elif name.startswith("vf_rl_shared_run") and not shutil.which("tmux"):
             record = {"status": "skipped", "reason": "tmux is not installed (vf-rl runs its panes in tmux)"}
         elif a.no_isolate and fn is not None:
             record = run_here(fn, ctx)
