@@ -109,11 +109,6 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-def tmux_server_pid(socket: str) -> int | None:
-    out = subprocess.run(["tmux", "-L", socket, "display-message", "-p", "#{pid}"], capture_output=True, text=True)
-    return int(out.stdout) if out.returncode == 0 and out.stdout.strip().isdigit() else None
-
-
 def victim_pid(victim: str, run_dir: Path, socket: str, session: str) -> int | None:
     paths = RunDir(run_dir)
     if victim == "vf-train":
@@ -136,7 +131,7 @@ def victim_pid(victim: str, run_dir: Path, socket: str, session: str) -> int | N
         state = tmux.pane_state(tmux.server(socket), session, victim.split()[0])
         return state.pid if state and not state.dead else None
     if victim == "tmux server":
-        return tmux_server_pid(socket)
+        return tmux.server_pid(tmux.server(socket))
     raise ValueError(victim)
 
 

@@ -38,6 +38,8 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+sys.path.insert(0, str(ROOT / "src"))
+from vfrl.launcher import tmux  # noqa: E402
 MB = 1024 * 1024
 
 
@@ -70,10 +72,7 @@ def role(p: psutil.Process, tmux_pid: int | None) -> str:
 
 def run_processes(socket: str, run_dir: Path) -> tuple[int | None, list[psutil.Process]]:
     """The tmux server of `socket`, everything under it and every process whose VFRL_RUN_DIR is `run_dir`."""
-    tmux_pid = None
-    out = subprocess.run(["tmux", "-L", socket, "display-message", "-p", "#{pid}"], capture_output=True, text=True)
-    if out.returncode == 0 and out.stdout.strip().isdigit():
-        tmux_pid = int(out.stdout.strip())
+    tmux_pid = tmux.server_pid(tmux.server(socket))
     procs: dict[int, psutil.Process] = {}
     if tmux_pid:
         try:

@@ -74,6 +74,16 @@ def vf_rl(*args, cwd=None, timeout=60):
     return subprocess.run([VF_RL, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
 
 
+def test_the_tmux_server_pid_is_the_servers_and_none_without_one(socket_name):
+    srv = tmux.server(socket_name)
+    assert tmux.server_pid(srv) is None
+    subprocess.run(["tmux", "-L", socket_name, "new-session", "-d", "-s", "s", "sleep 60"], check=True)
+    pid = tmux.server_pid(srv)
+    assert pid and Path(f"/proc/{pid}/comm").read_text().strip().startswith("tmux")
+    subprocess.run(["tmux", "-L", socket_name, "kill-server"], check=True)
+    assert tmux.server_pid(srv) is None
+
+
 def test_existing_session_is_refused_and_left_running(tmp_path, socket_name):
     run_dir, pids = fake_run(tmp_path, socket_name, "test")
     res = vf_rl("@", str(tmp_path / "cfg.toml"), "--no-attach", "--tmux-socket", socket_name, cwd=tmp_path)

@@ -33,6 +33,15 @@ def server(socket_name: str | None) -> libtmux.Server:
     return libtmux.Server(socket_name=socket_name) if socket_name else libtmux.Server()
 
 
+def server_pid(srv: libtmux.Server) -> int | None:
+    """The tmux server's pid; None when none runs on that socket."""
+    try:
+        out = srv.cmd("display-message", "-p", "#{pid}").stdout
+    except Exception:  # no tmux server running
+        return None
+    return int(out[0]) if out and out[0].strip().isdigit() else None
+
+
 def session_exists(srv: libtmux.Server, name: str) -> bool:
     try:
         return srv.has_session(name, exact=True)
