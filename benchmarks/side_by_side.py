@@ -28,7 +28,6 @@ import os
 import platform
 import re
 import shlex
-import shutil
 import statistics
 import subprocess
 import sys
@@ -574,8 +573,9 @@ def run_trl(case: Case, config: dict, model: Path, trl_py: Path, data: tuple[Pat
 
 def run_vfrl(case: Case, work: Path, i: int, gain: float) -> dict:
     name = f"sbs-{case.name.replace('@', '-')}-{i}-{work.name}"
-    vf_rl = BIN / "vf-rl" if (BIN / "vf-rl").exists() else Path(shutil.which("vf-rl") or "vf-rl")  # else: on PATH
-    cmd = [str(vf_rl), "@", case.config, "--no-attach", "--trainer.args.max_steps", str(case.steps),
+    from vfrl.launcher.plan import console_script  # beside this Python, else on PATH
+
+    cmd = [console_script("vf-rl"), "@", case.config, "--no-attach", "--trainer.args.max_steps", str(case.steps),
            "--trainer.args.batch_size", str(case.rollouts), "--trainer.args.run_name", name,
            "--trainer.args.output_dir", rel(work), "--inference.port", "0"]
     record = {"command": shlex.join(cmd), "load_before": os.getloadavg()}

@@ -179,7 +179,7 @@ def main() -> None:
 
         def on_log(self, _args, state, _control, logs=None, **__):
             if logs and "eval_reward" in logs:
-                StepLog.last_eval_step = state.global_step
+                self.last_eval_step = state.global_step
                 write({"eval": True, "step": state.global_step, "t": time.time(), "eval_reward": logs["eval_reward"]})
             if not logs or "reward" not in logs:
                 return  # an eval line or the closing train_runtime line
@@ -198,11 +198,11 @@ def main() -> None:
         processing_class=AutoTokenizer.from_pretrained(args.model),
         peft_config=LoraConfig(r=args.lora_rank, lora_alpha=args.lora_alpha, lora_dropout=0.0,
                                target_modules="all-linear", task_type="CAUSAL_LM"),
-        callbacks=[StepLog()],
+        callbacks=[log := StepLog()],
     )
     trainer.train()
     # vf-rl also evaluates the last policy; transformers 5 does it too after a last step off the eval cadence
-    if eval_dataset is not None and StepLog.last_eval_step != args.steps:
+    if eval_dataset is not None and log.last_eval_step != args.steps:
         trainer.evaluate()
     out.close()
 

