@@ -9,10 +9,12 @@ larger part) with `--enable-scale-out`, then samples with the
 trainer's Orchestrator: the same six words, system prompt and exact-match reward as a vfrl SingleTurnEnv
 (chat completions), and tests/v1_pkgs/v1_reverse, a verifiers 0.4 package (its interception server,
 client-side rendering, /inference/v1/generate), whose chat loop runs in this process (vfrl_chat_harness, vfrl's
-default) and then in a uv-script process per rollout (verifiers' `null` harness). For each, after a warm-up: one
-rollout alone (latency), a batch of 8 (4 examples x 2) at max_concurrent 8, and a batch of 32 (4 examples x 8) at
-max_concurrent 32, in 3 rounds that take each environment in turn (a neighbour's load falls on all of them).
-Prints JSON: each measure's 3 values and their median.
+default; a group's first turns as one request with `n`), the same with a request per episode (verifiers' own
+train client alone), and in a uv-script process per rollout (verifiers' `null` harness). For each, after a
+warm-up: one rollout alone (latency), a batch of 8 (4 examples x 2) at max_concurrent 8, and a batch of 32 (4
+examples x 8) at max_concurrent 32, in 3 rounds that take each environment in turn (a neighbour's load falls on
+all of them). Prints JSON: each measure's 3 values and their median, and for the batch of 32 the CPU seconds it
+cost this process (the trainer's side) and vLLM's processes.
 """
 
 from __future__ import annotations
@@ -43,6 +45,20 @@ def vfrl_twin():
 
     return vfrl.SingleTurnEnv(dataset=[{"question": w, "answer": w[::-1]} for w in WORDS],
                               system_prompt="Reverse the text.", rubric=vfrl.Rubric(funcs=[exact], weights=[1.0]))
+
+
+def cpu_seconds(processes) -> float:
+    """User + system CPU seconds of `processes` so far (one that has ended counts 0)."""
+    import psutil
+
+    total = 0.0
+    for p in processes:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
 
 
 async def timed(env, client, model: str, batch: int, per_example: int = 2) -> float:
@@ -81,20 +97,31 @@ def main() -> None:
         t0 = time.perf_counter()
         v1 = load_environment("v1-reverse")  # the chat loop in this process
         load_v1 = time.perf_counter() - t0
+        v1_per_episode = load_environment("v1-reverse")  # verifiers' train client: a request per episode
+        v1_per_episode.group_first_turns = False
         v1_null = V1Environment("v1-reverse", harness="null")  # a uv-script process per rollout
         with vf_vllm(config, port, key, Path(tmp) / "server.log") as base_url:
             async def run():
+                import psutil
+
                 client = AsyncOpenAI(base_url=base_url, api_key=key)
-                envs = {"vfrl": vfrl_twin(), "verifiers_v1_in_process": v1, "verifiers_v1_null": v1_null}
+                here = psutil.Process()
+                vllm = [p for c in here.children() for p in [c, *c.children(recursive=True)]]  # vf-vllm's tree
+                envs = {"vfrl": vfrl_twin(), "verifiers_v1_in_process": v1,
+                        "verifiers_v1_in_process_per_episode": v1_per_episode, "verifiers_v1_null": v1_null}
                 measures = {"single_rollout_s": (1, 2), "batch_of_8_s": (8, 2), "batch_of_32_s": (32, 8)}
-                times = {name: {m: [] for m in measures} for name in envs}
+                times = {name: {m: [] for m in [*measures, "batch_of_32_cpu_here_s", "batch_of_32_cpu_vllm_s"]}
+                         for name in envs}
                 for env in envs.values():
                     await timed(env, client, str(model), 1)  # warm-up: first harness sync, first requests
                 for _ in range(3):
                     for name, env in envs.items():
                         for m, (batch, per_example) in measures.items():
+                            cpu = cpu_seconds([here]), cpu_seconds(vllm)
                             times[name][m].append(round(await timed(env, client, str(model), batch, per_example), 2))
-                for env in (v1, v1_null):
+                        times[name]["batch_of_32_cpu_here_s"].append(round(cpu_seconds([here]) - cpu[0], 2))
+                        times[name]["batch_of_32_cpu_vllm_s"].append(round(cpu_seconds(vllm) - cpu[1], 2))
+                for env in (v1, v1_per_episode, v1_null):
                     await env.aclose()
                 return {"load_v1_s": round(load_v1, 2)} | {
                     name: {m: {"runs": t, "median": statistics.median(t)} for m, t in by.items()}

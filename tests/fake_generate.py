@@ -6,8 +6,8 @@ one `{"token_id", "logprob"}` per sampled token, `finish_reason`) as vf-vllm pas
 `token: "token_id:<id>"` placeholder verifiers' client requires (inference/generate_compat.py). The reply is
 the user's last message reversed, or what `reply` says for the decoded prompt (encoded with the served model's
 tokenizer), followed by the first stop token (`refuse=True`: HTTP 400 instead), each sampled token's logprob
-`-1 - position / 1000` so a test can tell where every logprob landed. Every request body and Authorization header
-is kept in `requests`.
+`-1 - position / 1000` so a test can tell where every logprob landed; a request with `n` gets n such choices.
+Every request body and Authorization header is kept in `requests`.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ class FakeGenerate:
         # vLLM 0.32's shape (`token_id`, no `token`), then vf-vllm's rewrite of it (inference/generate_compat.py)
         content = [{"token_id": t, "logprob": -1.0 - (len(prompt) + i) / 1000} for i, t in enumerate(ids)]
         return web.json_response(with_placeholders({"request_id": f"r{len(self.requests)}", "choices": [
-            {"index": 0, "token_ids": ids, "finish_reason": finish, "logprobs": {"content": content}}]}))
+            {"index": i, "token_ids": ids, "finish_reason": finish, "logprobs": {"content": content}}
+            for i in range(body["sampling_params"].get("n", 1))]}))
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [

@@ -400,11 +400,11 @@ def test_orchestrator_samples_a_v1_package_through_the_generate_route(tiny_model
 
     batch, requests = fake_generated_batch(env, tiny_model, "policy-2", 2, api_key="the-key", examples=1)
     assert len(batch.rollouts) == 2 and batch.sizes() == [2] and batch.metrics["rollouts_dropped"] == 0
-    assert len(requests) == 2
-    assert {r["auth"] for r in requests} == {"Bearer the-key"}
-    assert {r["body"]["model"] for r in requests} == {"policy-2"}  # the adapter, chosen by model name
-    seeds = sorted(r["body"]["sampling_params"]["seed"] for r in requests)
-    assert seeds[0] + 1 == seeds[1]  # the group's seed, + j per sample
+    (request,) = requests  # the group's two first turns as one request (verifiers_group_request)
+    assert request["auth"] == "Bearer the-key"
+    assert request["body"]["model"] == "policy-2"  # the adapter, chosen by model name
+    sent = request["body"]["sampling_params"]
+    assert sent["n"] == 2 and "vfrl_group_member" not in sent
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(tiny_model))
@@ -439,9 +439,11 @@ def test_a_multi_turn_package_plays_its_own_env_and_its_turns_get_no_loss(tiny_m
 
     batch, requests = fake_generated_batch(env, tiny_model, "policy-1", 1, examples=1)
     tok = AutoTokenizer.from_pretrained(str(tiny_model))
-    # 1 example x 2 episodes x 2 traces, each trace two requests
+    # 1 example x 2 episodes x 2 traces, each trace two requests; the first traces' first turns are one request (n
+    # = 2), an episode's second trace asks alone (verifiers_group_request: one share of the group per episode)
     assert len(batch.rollouts) == 4 and batch.sizes() == [4] and batch.metrics["rollouts_dropped"] == 0
-    assert len(requests) == 8 and all(r.more_branches == [] for r in batch.rollouts)
+    assert len(requests) == 7 and all(r.more_branches == [] for r in batch.rollouts)
+    assert sorted(q["body"]["sampling_params"].get("n", 1) for q in requests) == [1] * 6 + [2]
     tb, _ = make_train_batch(batch.rollouts, TrainerArgs(batch_size=2, rollouts_per_example=2, max_tokens=16).batch, 0,
                              batch.sizes())
     assert len(tb) == 4 and tb.loss_mask.sum() == sum(sum(r.completion_mask) for r in batch.rollouts)
@@ -646,7 +648,7 @@ def test_the_in_process_chat_harness_gives_what_verifiers_null_harness_gives(tin
     in_process = seen(*batch(CHAT_HARNESS))
     assert in_process == by_process
     requests, rollouts, drops, warning = in_process
-    assert rollouts and len(requests) >= len(rollouts)
+    assert rollouts and sum(json.loads(q)["sampling_params"].get("n", 1) for q in requests) >= len(rollouts)
     if package == "v1-calc":
         assert all(r[6] == {"said_the_sum": 1.0, "tool_calls": 1.0} for r in rollouts)  # the tool answered
 
@@ -695,6 +697,43 @@ def test_v1_package_samples_through_the_real_vllm_server(shared_vllm_server, tin
         assert r.reward in (0.0, 1.0) and set(r.metrics) == {"exact", "reply_len"}
     model = AutoModelForCausalLM.from_pretrained(str(tiny_model), dtype=torch.float32).eval()
     assert max_logprob_gap(model, batch.rollouts) < 1e-4
+
+
+@needs_v1
+@pytest.mark.e2e
+def test_a_v1_groups_one_request_gives_episode_j_what_its_own_request_with_seed_plus_j_gives(shared_vllm_server,
+                                                                                            monkeypatch):
+    """A group of three v1_reverse episodes on the session's vf-vllm: their first turns go out as one
+    /inference/v1/generate request with n = 3, and episode j gets the tokens and logprobs an episode of its own
+    with the group's seed + j gets (vLLM's child j samples with seed + j)."""
+    from openai import AsyncOpenAI
+
+    from vfrl.envs import verifiers_group_request as grouped
+    from vfrl.envs.loader import load_environment
+
+    srv = shared_vllm_server
+    env = load_environment("v1-reverse")
+    sent, reply = [], grouped.GenerateReply
+    monkeypatch.setattr(grouped, "GenerateReply", lambda data: sent.append(data) or reply(data))
+
+    async def group_and_alone():
+        client = AsyncOpenAI(base_url=srv.base_url, api_key=srv.api_key)
+        sampling = {"max_tokens": 8, "temperature": 1.0, "seed": 3}
+        try:
+            group = await env.run_group(client, srv.model, 0, 3, sampling, asyncio.Semaphore(3))
+            row = env.dataset[0]
+            alone = [(await env.rollout_with_state(client, srv.model, row, 0, {**sampling, "seed": 3 + j}))[0]
+                     for j in range(3)]
+        finally:
+            await env.aclose()
+        return group, alone
+
+    group, alone = asyncio.run(group_and_alone())
+    assert [len(reply["choices"]) for reply in sent] == [3]  # one request for the group's three first turns
+    assert [r.completion_ids for r in group] == [r.completion_ids for r in alone]
+    assert len({tuple(r.completion_ids) for r in group}) > 1  # three samples, not one three times
+    for g, a in zip(group, alone):
+        assert g.prompt_ids == a.prompt_ids and g.completion_logprobs == pytest.approx(a.completion_logprobs, abs=1e-5)
 
 
 @needs_v1

@@ -13,7 +13,9 @@ The trainer's Orchestrator sees the same interface as for a vfrl environment (`d
 - its serving resources (`env.serving()`) open on the first rollout and stay open for the event loop;
 - `env.run_slot` samples through verifiers' train client, which renders the prompt with the base
   model's tokenizer and posts token ids to vLLM's `/inference/v1/generate` (vLLM started with
-  `--enable-scale-out`; the adapter is chosen by the model name, as for vfrl's own requests);
+  `--enable-scale-out`; the adapter is chosen by the model name, as for vfrl's own requests); the first
+  turns of a group's episodes go out as one request with `n`, as vfrl's own groups do
+  (verifiers_group_request);
 - each trace of a trainable agent becomes a `Rollout` with the trace's reward (`@vf.reward` functions,
   weighted) and metrics (each reward's score and every `@vf.metric`); traces of agents marked
   `trainable = False`, such as judges, are left out. An episode with several such traces (an Env that
@@ -52,6 +54,8 @@ from typing import Any
 from vfrl.envs.environment import Environment, Rollout, TokenBranch
 from vfrl.envs.faults import RolloutFaults, one_line, seconds_left, start_clock
 from vfrl.envs.messages import message_dict
+from vfrl.envs.verifiers_group_request import TAG as GROUP_TAG
+from vfrl.envs.verifiers_group_request import open_group, tag
 from vfrl.inference.scale_out import find_uv
 
 API_KEY_VAR = "VFRL_V1_API_KEY"  # verifiers' client reads the key from an environment variable
@@ -303,9 +307,10 @@ class V1Environment(Environment):
         """`harness`: what plays a role that pins none; "null" is verifiers' own chat loop, a process per rollout."""
         import verifiers.v1 as vf
 
-        from vfrl.envs import text_tool_calls, verifiers_hot_path
+        from vfrl.envs import text_tool_calls, verifiers_group_request, verifiers_hot_path
 
         verifiers_hot_path.apply()
+        verifiers_group_request.install()
         text_tool_calls.register()
         absolute_pythonpath()
         raw = env_config(vf, env_id, env_args or {}, harness)
@@ -322,6 +327,7 @@ class V1Environment(Environment):
         self._loop = None
         self._lock: asyncio.Lock | None = None
         self._lock_loop = None
+        self.group_first_turns = True  # a group's first turns as one request (benchmarks compare with it off)
 
     def limit_tasks(self, n: int) -> None:
         """Rows this run can use at most: a taskset without end is read only that far (before its dataset is read)."""
@@ -389,7 +395,7 @@ class V1Environment(Environment):
     def context(self, client, model: str, sampling: dict[str, Any]):
         vf = self.vf
         os.environ[API_KEY_VAR] = str(client.api_key)
-        known = {k: v for k, v in sampling.items() if k in SAMPLING_KEYS and v is not None}
+        known = {k: v for k, v in sampling.items() if k in SAMPLING_KEYS + (GROUP_TAG,) and v is not None}
         if known.get("top_k") == -1:
             known.pop("top_k")
         return vf.ModelContext(model=model, client=vf.TrainClientConfig(
@@ -431,6 +437,8 @@ class V1Environment(Environment):
 
         async def one(j: int) -> list[Rollout]:
             s = {**sampling, "seed": sampling["seed"] + j} if sampling.get("seed") is not None else sampling
+            if self.group_first_turns:  # its first turn is its share of the group's request (verifiers_group_request)
+                s = tag(s, gid, j)
             async with semaphore:
                 deadline = start_clock(faults.timeout if faults else None)
                 try:
@@ -446,7 +454,8 @@ class V1Environment(Environment):
                     faults.drop(e.kind, str(e))
             return []
 
-        return [r for episode in await asyncio.gather(*(one(j) for j in range(n))) for r in episode]
+        with open_group(n) as gid:
+            return [r for episode in await asyncio.gather(*(one(j) for j in range(n))) for r in episode]
 
 
 async def base_model(client) -> str:
