@@ -1,6 +1,6 @@
-"""One quick-start run for an A/B comparison: medians of step_s, generate_s, train_s, sync_s over steps 3..N,
-and the CPU seconds each side's process tree (vf-vllm with vLLM's API server, engine core and workers;
-vf-train) spent per step over those steps (psutil, sampled every 0.25 s).
+"""One quick-start run for an A/B comparison: medians of step_s, generate_s, train_s, sync_s over steps 3..N, the
+loop's cadence (median and mean), and the CPU seconds each side's process tree (vf-vllm with vLLM's API server,
+engine core and workers; vf-train) spent per step over those steps (psutil, sampled every 0.25 s).
 
     .venv/bin/python benchmarks/quickstart_ab.py STEPS LABEL [VF-RL OPTION ...]   # e.g. --trainer.args.use_lora false
 
@@ -50,9 +50,11 @@ def cpu_per_step(tree: int) -> dict[str, float]:
 vllm_cpu, trainer_cpu = cpu_per_step(0), cpu_per_step(1)
 # the loop's cadence, whatever a step's own timings count: one training start to the next
 cadence = statistics.median(b["train_start"] - a["train_start"] for a, b in zip(rows, rows[1:]))
+# and its mean: the run's pace, with the slow steps a median leaves out (a pause every few steps)
+pace = (rows[-1]["train_start"] - rows[0]["train_start"]) / (len(rows) - 1)
 print(f"{label}: exit {p.returncode}, {len(rows)} steps, step_s {med('step_s'):.3f}, "
       f"generate_s {med('generate_s'):.3f}, train_s {med('train_s'):.3f}, sync_s {med('sync_s'):.3f}, "
-      f"cadence {cadence:.3f}, CPU s/step vLLM {sum(vllm_cpu.values()):.3f} "
+      f"cadence {cadence:.3f} (mean {pace:.3f}), CPU s/step vLLM {sum(vllm_cpu.values()):.3f} "
       f"trainer {sum(trainer_cpu.values()):.3f}, wall {time.time()-t0:.0f}s, load before {load0:.2f}")
 by_cpu = sorted({**vllm_cpu, **trainer_cpu}.items(), key=lambda kv: -kv[1])
 print("  CPU s/step by process:", ", ".join(f"{k} {v:.3f}" for k, v in by_cpu))

@@ -21,6 +21,7 @@ from vfrl.trainer import stop_signals
 from vfrl.trainer.failure import (
     EXIT_ERROR, EXIT_INFERENCE_LOST, EXIT_INTERRUPTED, TrainingStopped, describe, log_traceback,
 )
+from vfrl.trainer.heap import freeze_long_lived
 from vfrl.trainer.trainer import RLTrainer  # all imported while vf-train holds Ctrl-C (stop_signals.py)
 
 app = typer.Typer(add_completion=False, help=__doc__, pretty_exceptions_enable=False)
@@ -87,6 +88,7 @@ def run(config_path: Path, run_dir: Path, base_url: str | None) -> None:
     # the pane's VFRL_API_KEY: the key vf-rl made for its server, or inference.api_key_var's for a remote one
     trainer = RLTrainer(cfg, run_dir, base_url or cfg.inference.url, os.environ.get(API_KEY_ENV, "EMPTY"))
     KEPT.append(trainer)
+    freeze_long_lived()  # the run's start-up objects out of every full collection's walk (heap.py)
     trainer.train()
 
 
