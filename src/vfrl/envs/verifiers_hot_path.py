@@ -1,4 +1,5 @@
-"""Two costs on every verifiers 0.4 rollout that are not verifiers' work, taken off vf-train's one Python thread.
+"""Two costs on every verifiers 0.4 rollout that are not verifiers' work, taken off vf-train's one Python thread,
+and a lock of renderers' that holds across event loops.
 
 A profile of a batch of rollouts of a one-turn taskset (benchmarks/verifiers_v1_overhead.py, docs/benchmarks.md)
 shows them among the largest items, with nothing of verifiers' own behaviour behind them:
@@ -14,11 +15,17 @@ shows them among the largest items, with nothing of verifiers' own behaviour beh
   openai's aiohttp-backed httpx client instead (`httpx-aiohttp`, the `openai[aiohttp]` extra), with verifiers' own
   timeout and limits: the same requests over another transport.
 
-Both are applied once per process, when the first verifiers 0.4 environment is built.
+And renderers' lookup of the served model's length (once per model name: each pushed adapter is a new one) waits
+on one module-level `asyncio.Lock`, which binds to the first event loop it is contended in: a later loop in the same
+process (the Python API's second `train()` or `evaluate()`) then fails the model calls that meet it contended
+(`RuntimeError: ... is bound to a different event loop`) until the lookup is cached. It gets a fresh lock per loop.
+
+All are applied once per process, when the first verifiers 0.4 environment is built.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 
 
@@ -59,6 +66,23 @@ def aiohttp_train_client() -> None:
     base.build_async_httpx = build_async_httpx
 
 
+@functools.cache
+def model_length_lock_per_loop() -> None:
+    """renderers' `_resolve_max_prompt_len` with its module's lock made anew whenever the event loop changes."""
+    from renderers import client
+
+    resolve, made_for = client._resolve_max_prompt_len, {}
+
+    async def resolve_in_this_loop(openai_client, model: str):
+        loop = asyncio.get_running_loop()
+        if made_for.get("loop") is not loop:
+            made_for["loop"], client._max_prompt_len_lock = loop, asyncio.Lock()
+        return await resolve(openai_client, model)
+
+    client._resolve_max_prompt_len = resolve_in_this_loop
+
+
 def apply() -> None:
     memoize_default_factory_check()
     aiohttp_train_client()
+    model_length_lock_per_loop()
