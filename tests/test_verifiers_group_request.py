@@ -101,3 +101,23 @@ def test_the_tag_is_never_sent_and_an_ended_group_samples_alone(monkeypatch, tag
     asyncio.run(grouped.generate(client=client, sampling_params=sampling, prompt_ids=[1]))
     (call,) = calls
     assert call["sampling_params"] == {"max_tokens": 4, "seed": 3} and call["client"] is client
+
+
+def test_a_group_request_the_server_refuses_leaves_each_episode_to_its_own():
+    """vLLM's generate route refuses n over its max_num_seqs with a 400; each episode then asks alone."""
+    import openai
+
+    class UpToTwo(Recorder):
+        async def post(self, path, *, cast_to, body, options=None):
+            if body["sampling_params"].get("n", 1) > 2:
+                self.bodies.append(body)
+                reply = httpx.Response(400, request=httpx.Request("POST", "http://vllm" + path))
+                raise openai.BadRequestError("sampling_params.n must be at most the server's max_num_seqs (2)",
+                                             response=reply, body=None)
+            return await super().post(path, cast_to=cast_to, body=body, options=options)
+
+    client = UpToTwo()
+    with grouped.open_group(4) as gid:
+        got = asyncio.run(member_posts(client, [(grouped._groups[gid], j, body(seed=30 + j)) for j in range(4)]))
+    assert got == [[0, 30], [0, 31], [0, 32], [0, 33]]
+    assert sorted(b["sampling_params"].get("n", 1) for b in client.bodies) == [1, 1, 1, 1, 4]

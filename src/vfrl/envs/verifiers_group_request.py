@@ -11,8 +11,9 @@ client. The train client calls `renderers.client.generate`; `install` puts `gene
 takes the tag out of the sampling (it is never sent) and gives the call a client whose POST claims its choice of
 the group's request (`GroupRequest.claim`): the first claim sends the request with `n` and the group's seed, the
 others wait for it and read their own choice. A request that differs from the group's (another prompt, other
-sampling, a later turn), a second claim by the same episode (verifiers retries an episode), or a group already
-ended sends its own request, as before. Every parse of the reply stays renderers' own.
+sampling, a later turn), a second claim by the same episode (verifiers retries an episode), a group already ended,
+or a group request the server refused (vLLM's generate route takes `n` only up to its `max_num_seqs`) sends its own
+request, as before. Every parse of the reply stays renderers' own.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from types import SimpleNamespace
 from typing import Any, Iterator
 
 import httpx
+import openai
 
 from vfrl.envs.group_request import GroupRequest
 
@@ -87,7 +89,10 @@ class GroupMemberClient:
                                       options=copy.deepcopy(options))
             return GenerateReply(json.loads(reply.content))
 
-        mine = await self._group.claim(index, key, send_for_group)
+        try:
+            mine = await self._group.claim(index, key, send_for_group)
+        except openai.BadRequestError:  # refused as a group (vLLM's generate takes n <= max_num_seqs only)
+            mine = None
         if mine is None:
             return await client.post(path, cast_to=cast_to, body=body, options=options)
         return mine.one()
