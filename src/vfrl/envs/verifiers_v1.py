@@ -435,10 +435,10 @@ class V1Environment(Environment):
         data = self.rows(eval)
         row = data[example_id % len(data)]
 
-        async def one(j: int) -> list[Rollout]:
+        async def one(j: int, group: int | None) -> list[Rollout]:
             s = {**sampling, "seed": sampling["seed"] + j} if sampling.get("seed") is not None else sampling
-            if self.group_first_turns:  # its first turn is its share of the group's request (verifiers_group_request)
-                s = tag(s, gid, j)
+            if group is not None:  # its first turn is its share of the group's request (verifiers_group_request)
+                s = tag(s, group, j)
             async with semaphore:
                 deadline = start_clock(faults.timeout if faults else None)
                 try:
@@ -454,8 +454,9 @@ class V1Environment(Environment):
                     faults.drop(e.kind, str(e))
             return []
 
-        with open_group(n) as gid:
-            return [r for episode in await asyncio.gather(*(one(j) for j in range(n))) for r in episode]
+        with open_group(n) as group:
+            group = group if self.group_first_turns else None
+            return [r for episode in await asyncio.gather(*(one(j, group) for j in range(n))) for r in episode]
 
 
 async def base_model(client) -> str:
