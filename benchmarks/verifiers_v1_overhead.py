@@ -1,7 +1,7 @@
 """Evidence for docs/environments.md ("verifiers 0.4 environments"): what a rollout costs through a
 verifiers 0.4 package against the same task written with vfrl's own API, on the same vLLM server.
 
-    .venv/bin/python benchmarks/verifiers_v1_overhead.py [--model models/smollm2-135m-instruct]
+    .venv/bin/python benchmarks/verifiers_v1_overhead.py [--model models/smollm2-135m-instruct] [--rounds 3]
                                                             # needs vfrl's verifiers extra and uv
 
 Starts one vf-vllm on the embedded tiny model (or --model: the real one makes sampling, not the harness, the
@@ -12,9 +12,10 @@ client-side rendering, /inference/v1/generate), whose chat loop runs in this pro
 default; a group's first turns as one request with `n`), the same with a request per episode (verifiers' own
 train client alone), and in a uv-script process per rollout (verifiers' `null` harness). For each, after a
 warm-up: one rollout alone (latency), a batch of 8 (4 examples x 2) at max_concurrent 8, and a batch of 32 (4
-examples x 8) at max_concurrent 32, in 3 rounds that take each environment in turn (a neighbour's load falls on
-all of them). Prints JSON: each measure's 3 values and their median, and for the batch of 32 the CPU seconds it
-cost this process (the trainer's side) and vLLM's processes.
+examples x 8) at max_concurrent 32, in `--rounds` rounds (3) that take each environment in turn (a neighbour's
+load falls on all of them). The start-up heap is frozen first, as vf-train freezes its own (heap.py). Prints
+JSON: each measure's values and their median, and for the batch of 32 the CPU seconds it cost this process (the
+trainer's side) and vLLM's processes.
 """
 
 from __future__ import annotations
@@ -80,12 +81,15 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", type=Path, default=ROOT / "models" / "tiny-reverse")
-    model = parser.parse_args().model.resolve()
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    model = args.model.resolve()
 
     import os
 
     from vfrl.envs.loader import load_environment
     from vfrl.envs.verifiers_v1 import V1Environment
+    from vfrl.trainer.heap import freeze_long_lived
 
     key = "bench-key"
     os.environ["PYTHONPATH"] = str(ROOT / "tests" / "v1_pkgs")
@@ -100,6 +104,7 @@ def main() -> None:
         v1_per_episode = load_environment("v1-reverse")  # verifiers' train client: a request per episode
         v1_per_episode.group_first_turns = False
         v1_null = V1Environment("v1-reverse", harness="null")  # a uv-script process per rollout
+        freeze_long_lived()  # as vf-train does before its loop (heap.py): no full collection walks the start-up
         with vf_vllm(config, port, key, Path(tmp) / "server.log") as base_url:
             async def run():
                 import psutil
@@ -114,7 +119,7 @@ def main() -> None:
                          for name in envs}
                 for env in envs.values():
                     await timed(env, client, str(model), 1)  # warm-up: first harness sync, first requests
-                for _ in range(3):
+                for _ in range(args.rounds):
                     for name, env in envs.items():
                         for m, (batch, per_example) in measures.items():
                             cpu = cpu_seconds([here]), cpu_seconds(vllm)

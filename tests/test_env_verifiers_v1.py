@@ -594,6 +594,54 @@ def test_the_in_process_program_reads_its_own_arguments_and_exits_as_its_process
     assert len(clients) == 4 and all(c.is_closed for c in clients)  # the run without --word made none
 
 
+FETCH_PROGRAM = """
+import argparse
+from openai import DefaultAsyncHttpxClient
+
+async def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--url", required=True)
+    client = DefaultAsyncHttpxClient()  # a client per run, as verifiers' program makes one, left open
+    (await client.get(parser.parse_args().url)).raise_for_status()
+"""
+
+
+@needs_v1
+def test_in_process_runs_of_one_event_loop_reuse_their_connections(tmp_path):
+    """Each run makes its own client (and closes it at its end), yet runs one after another in an event loop talk
+    over one kept-alive connection, where a process per run connected anew each time; another loop gets its own."""
+    from aiohttp import web
+
+    from vfrl_chat_harness import InProcess
+
+    async def runs(count: int) -> set:
+        peers = set()
+
+        async def hello(request):
+            peers.add(request.transport.get_extra_info("peername"))
+            return web.Response(text="hi")
+
+        app = web.Application()
+        app.router.add_get("/", hello)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/"
+        try:
+            for i in range(count):
+                runtime = InProcess(tmp_path)
+                program = await runtime.prepare_uv_script(FETCH_PROGRAM)
+                result = await runtime.run_program([*program, f"--url={url}"], {})
+                assert result.exit_code == 0, result.stderr
+        finally:
+            await runner.cleanup()
+        return peers
+
+    assert len(asyncio.run(runs(3))) == 1  # one connection for three runs
+    assert len(asyncio.run(runs(2))) == 1  # a new loop: its own pool, no connection of the old loop's
+
+
 def calc_reply(text: str) -> str:
     """v1_calc's conversation as the tool model holds it: asked to add, it calls `add`; shown the result, says it."""
     from tool_model import call_text

@@ -15,8 +15,10 @@ What differs from the subprocess:
 - it shares this process: a rollout's loop is cancelled (verifiers' timeouts), never killed, and its working
   directory is the trainer's (the chat loop has no file or shell tools);
 - program variables (`harness.env`, `forward_env`) cannot be given to it: a config that sets them is refused;
-- its HTTP clients share one TLS context (httpx reads the CA bundle for each one otherwise, on every rollout) and are
-  closed when its run ends, as the process's exit closed them;
+- its HTTP clients share one TLS context (httpx reads the CA bundle for each one otherwise, on every rollout) and one
+  pool of connections per event loop (a process connected anew for every rollout; the interception server tells
+  rollouts apart by the secret each request carries, not by its connection), and are closed when its run ends, as
+  the process's exit closed them, leaving the pool open;
 - the program's exit code and stderr, which verifiers reads to say why a rollout failed, are its `SystemExit`
   and the traceback of what it raised.
 
@@ -27,6 +29,7 @@ takes the one Harness subclass its `__all__` exports.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextvars
 import functools
 import hashlib
@@ -37,6 +40,7 @@ import sys
 import tempfile
 import traceback
 import types
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,12 +87,42 @@ def tls_context(verify: str | bool, trust_env: bool) -> ssl.SSLContext:
     return httpx.create_ssl_context(verify=verify, trust_env=trust_env)
 
 
+class SharedConnections(httpx.AsyncBaseTransport):
+    """One pool of connections for the runs' clients of one event loop and TLS context: a client closing at its
+    run's end leaves it open. No cap on connections (every rollout in flight holds one while it streams its reply:
+    a cap would cap the rollouts in flight), a few kept idle between runs."""
+
+    def __init__(self, verify: ssl.SSLContext):
+        self.pool = httpx.AsyncHTTPTransport(verify=verify, limits=httpx.Limits(max_connections=None,
+                                                                                max_keepalive_connections=64))
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return await self.pool.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        pass  # the loop's pool outlives each run's client
+
+
+POOLS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> {TLS context: SharedConnections}
+
+
+def shared_connections(verify: ssl.SSLContext) -> SharedConnections:
+    """This event loop's pool for `verify` (a connection belongs to the loop that opened it)."""
+    pools = POOLS.setdefault(asyncio.get_running_loop(), {})
+    if verify not in pools:
+        pools[verify] = SharedConnections(verify)
+    return pools[verify]
+
+
 def run_client(make):
-    """`make` (an httpx client class) whose clients share one TLS context and are closed when their run ends."""
+    """`make` (an httpx client class) whose clients share one TLS context and this loop's connections, and are
+    closed when their run ends."""
 
     def opened(*args, **kwargs):
         if isinstance(verify := kwargs.get("verify", True), str | bool):
             kwargs["verify"] = tls_context(verify, kwargs.get("trust_env", True))
+        if "transport" not in kwargs and isinstance(kwargs["verify"], ssl.SSLContext):
+            kwargs["transport"] = shared_connections(kwargs["verify"])
         client = make(*args, **kwargs)
         RUN.get().clients.append(client)
         return client
