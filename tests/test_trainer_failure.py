@@ -254,6 +254,7 @@ def test_on_a_shared_gpu_the_trainer_loads_its_model_only_once_vllm_is_up(tmp_pa
             events.append(("train", None))
 
     monkeypatch.setattr(cli, "RLTrainer", Recorder)
+    monkeypatch.setattr(cli, "freeze_long_lived", lambda: None)  # vf-train's heap freeze, not this test process's
     monkeypatch.setattr(cli, "load_config", lambda path: SimpleNamespace(inference=SimpleNamespace(url="http://h:1/v1")))
     monkeypatch.setenv("VFRL_TRAINER_LOADS_AFTER_VLLM", "1")
     cli.run(tmp_path / "config.toml", tmp_path, None)

@@ -8,10 +8,15 @@ they land in. `gc.freeze()` moves every object alive into a
 permanent generation that collections skip; what is made later is collected as before. vf-train does it once, when
 the trainer is built and before its loop, after a collection, so that nothing already garbage is kept
 (docs/benchmarks.md, lever 24). The Python API leaves the user's process as it is.
+
+At exit the heap is unfrozen, so that Python's last collection frees it as before: a frozen object is never
+collected, and extension modules that count their objects at teardown (triton's nanobind bindings, which torch
+loads) would print a "nanobind: leaked ..." report under the run's summary.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import gc
 
@@ -20,3 +25,4 @@ import gc
 def freeze_long_lived() -> None:
     gc.collect()
     gc.freeze()
+    atexit.register(gc.unfreeze)
