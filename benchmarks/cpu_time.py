@@ -1,6 +1,6 @@
 """CPU seconds a vf-rl run's two process trees spend, sampled while it runs: vLLM's (vf-vllm with vLLM's API
 server, engine core and workers, from inference.pid) and the trainer's (vf-train, from trainer.pid).
-Used by quickstart_ab.py and side_by_side.py.
+Used by quickstart_ab.py, side_by_side.py and verifiers_v1_overhead.py.
 
     with RunCpu(run_dir) as cpu:
         ...  # the run
@@ -22,18 +22,23 @@ import psutil  # a vLLM dependency
 PERIOD_S = 0.25
 
 
+def cpu_by_name(processes) -> dict[str, float]:
+    """CPU seconds (user + system) of `processes` so far, by process name (one that has ended counts 0)."""
+    by_name: dict[str, float] = {}
+    for p in processes:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            by_name[p.name()] = by_name.get(p.name(), 0.0) + t.user + t.system
+    return by_name
+
+
 def tree_cpu(pid_file: Path) -> dict[str, float]:
     """CPU seconds (user + system) of the process tree rooted at pid_file's process, by process name."""
-    by_name: dict[str, float] = {}
     try:
         root = psutil.Process(int(pid_file.read_text()))
-        for p in [root, *root.children(recursive=True)]:
-            with contextlib.suppress(psutil.Error):
-                t = p.cpu_times()
-                by_name[p.name()] = by_name.get(p.name(), 0.0) + t.user + t.system
+        return cpu_by_name([root, *root.children(recursive=True)])
     except (OSError, ValueError, psutil.Error):
-        pass
-    return by_name
+        return {}
 
 
 class RunCpu:
