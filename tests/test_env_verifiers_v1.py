@@ -538,12 +538,13 @@ import argparse, asyncio, traceback
 from pathlib import Path
 from openai import DefaultAsyncHttpxClient
 
-CLIENTS = []
+CLIENTS, PARSERS = [], []
 
 def parse_args():
     parser = argparse.ArgumentParser()
     parser.add_argument("--word", required=True)
     parser.add_argument("--initial-messages-file", default="")
+    PARSERS.append(parser)
     return parser.parse_args()
 
 async def main():
@@ -569,7 +570,8 @@ if __name__ == "__main__":
 @needs_v1
 def test_the_in_process_program_reads_its_own_arguments_and_exits_as_its_process_would(tmp_path):
     """Runs at once, each with its argv (the messages file given relative to the program's directory, as
-    verifiers writes it), each ending as a process would: its exit code, its stderr, its HTTP clients closed."""
+    verifiers writes it), each ending as a process would: its exit code, its stderr, its HTTP clients closed, its
+    files gone (the program removes none of them here). The parser the program builds on every run is built once."""
     from vfrl_chat_harness import InProcess
 
     async def run(word: str | None, i: int):
@@ -592,6 +594,41 @@ def test_the_in_process_program_reads_its_own_arguments_and_exits_as_its_process
 
     clients = chat_program(TOY_PROGRAM).CLIENTS
     assert len(clients) == 4 and all(c.is_closed for c in clients)  # the run without --word made none
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len({id(p) for p in chat_program(TOY_PROGRAM).PARSERS}) == 1
+
+
+GROUPS_PROGRAM = """
+import argparse
+from openai import DefaultAsyncHttpxClient
+
+async def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--a", type=int, required=True)
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--x", action="store_true")
+    group.add_argument("--y", action="store_true")
+    args = parser.parse_args()
+    if args.a != 1 + args.x:
+        raise SystemExit(5)
+"""
+
+
+@needs_v1
+def test_an_in_process_program_whose_parser_has_groups_builds_it_each_run(tmp_path):
+    """A parser given an argument group (verifiers' program has none) is not kept: a second run's group would
+    conflict with the first's."""
+    from vfrl_chat_harness import InProcess
+
+    async def runs():
+        runtime = InProcess(tmp_path)
+        program = await runtime.prepare_uv_script(GROUPS_PROGRAM)
+        return [await runtime.run_program([*program, *argv], {}) for argv in (["--a=1"], ["--a=2", "--x"],
+                                                                               ["--a=1", "--x", "--y"])]
+
+    first, second, both = asyncio.run(runs())
+    assert (first.exit_code, second.exit_code, first.stderr + second.stderr) == (0, 0, "")
+    assert both.exit_code == 2 and "not allowed with argument" in both.stderr
 
 
 FETCH_PROGRAM = """
@@ -612,7 +649,9 @@ def test_in_process_runs_of_one_event_loop_reuse_their_connections(tmp_path):
     over one kept-alive connection, where a process per run connected anew each time; another loop gets its own."""
     from aiohttp import web
 
-    from vfrl_chat_harness import InProcess
+    from vfrl_chat_harness import POOLS, InProcess
+
+    pools = []
 
     async def runs(count: int) -> set:
         peers = set()
@@ -635,11 +674,13 @@ def test_in_process_runs_of_one_event_loop_reuse_their_connections(tmp_path):
                 result = await runtime.run_program([*program, f"--url={url}"], {})
                 assert result.exit_code == 0, result.stderr
         finally:
+            pools.extend(POOLS[asyncio.get_running_loop()].values())
             await runner.cleanup()
         return peers
 
     assert len(asyncio.run(runs(3))) == 1  # one connection for three runs
     assert len(asyncio.run(runs(2))) == 1  # a new loop: its own pool, no connection of the old loop's
+    assert len(pools) == 2 and all(p.session.closed for p in pools)  # closed with their loops, no "Unclosed" line
 
 
 def calc_reply(text: str) -> str:
