@@ -4,18 +4,18 @@ verifiers 0.4 package against the same task written with vfrl's own API, on the 
     .venv/bin/python benchmarks/verifiers_v1_overhead.py [--model models/smollm2-135m-instruct] [--rounds 3]
                                                             # needs vfrl's verifiers extra and uv
 
-Starts one vf-vllm on the embedded tiny model (or --model: the real one makes sampling, not the harness, the
-larger part) with `--enable-scale-out`, then samples with the
-trainer's Orchestrator: the same six words, system prompt and exact-match reward as a vfrl SingleTurnEnv
-(chat completions), and tests/v1_pkgs/v1_reverse, a verifiers 0.4 package (its interception server,
-client-side rendering, /inference/v1/generate), whose chat loop runs in this process (vfrl_chat_harness, vfrl's
-default; a group's first turns as one request with `n`), the same with a request per episode (verifiers' own
-train client alone), and in a uv-script process per rollout (verifiers' `null` harness). For each, after a
-warm-up: one rollout alone (latency), a batch of 8 (4 examples x 2) at max_concurrent 8, and a batch of 32 (4
-examples x 8) at max_concurrent 32, in `--rounds` rounds (3) that take each environment in turn (a neighbour's
-load falls on all of them). The start-up heap is frozen first, as vf-train freezes its own (heap.py). Prints
-JSON: each measure's values and their median, and for the batch of 32 the CPU seconds it cost this process (the
-trainer's side) and vLLM's processes.
+Starts one vf-vllm on the embedded tiny model (or --model: the real one makes sampling, not the harness, the larger
+part) with `--enable-scale-out`, then samples with the trainer's Orchestrator: the same six words, system prompt
+and exact-match reward as a vfrl SingleTurnEnv (chat completions), and tests/v1_pkgs/v1_reverse, a verifiers 0.4
+package (its interception server, client-side rendering, /inference/v1/generate), whose chat loop runs in this
+process (vfrl_chat_harness, vfrl's default; a group's first turns as one request with `n`), the same with a request
+per episode (verifiers' own train client alone), in a uv-script process per rollout (verifiers' `null` harness),
+and in verifiers' env server with two worker processes (`env.workers = 2`). For each, after a warm-up: one rollout
+alone (latency), a batch of 8 (4 examples x 2) at max_concurrent 8, and a batch of 32 (4 examples x 8) at
+max_concurrent 32, in `--rounds` rounds (3) that take each environment in turn (a neighbour's load falls on all of
+them). The start-up heap is frozen first, as vf-train freezes its own (heap.py). Prints JSON: each measure's values
+and their median, and for the batch of 32 the CPU seconds it cost this process (the trainer's side), vLLM's
+processes and the env server's.
 """
 
 from __future__ import annotations
@@ -97,6 +97,8 @@ def main() -> None:
         v1_per_episode = load_environment("v1-reverse")  # verifiers' train client: a request per episode
         v1_per_episode.group_first_turns = False
         v1_null = V1Environment("v1-reverse", harness="null")  # a uv-script process per rollout
+        v1_workers = load_environment("v1-reverse")  # verifiers' env server, two worker processes
+        v1_workers.use_workers(2)
         freeze_long_lived()  # as vf-train does before its loop (heap.py): no full collection walks the start-up
         with vf_vllm(config, port, key, Path(tmp) / "server.log") as base_url:
             async def run():
@@ -106,20 +108,24 @@ def main() -> None:
                 here = psutil.Process()
                 vllm = [p for c in here.children() for p in [c, *c.children(recursive=True)]]  # vf-vllm's tree
                 envs = {"vfrl": vfrl_twin(), "verifiers_v1_in_process": v1,
-                        "verifiers_v1_in_process_per_episode": v1_per_episode, "verifiers_v1_null": v1_null}
+                        "verifiers_v1_in_process_per_episode": v1_per_episode, "verifiers_v1_null": v1_null,
+                        "verifiers_v1_env_server_2_workers": v1_workers}
                 measures = {"single_rollout_s": (1, 2), "batch_of_8_s": (8, 2), "batch_of_32_s": (32, 8)}
-                times = {name: {m: [] for m in [*measures, "batch_of_32_cpu_here_s", "batch_of_32_cpu_vllm_s"]}
-                         for name in envs}
+                times = {name: {m: [] for m in [*measures, "batch_of_32_cpu_here_s", "batch_of_32_cpu_vllm_s",
+                                                "batch_of_32_cpu_env_server_s"]} for name in envs}
                 for env in envs.values():
                     await timed(env, client, str(model), 1)  # warm-up: first harness sync, first requests
+                server = [p for c in here.children() if c.pid not in {v.pid for v in vllm}
+                          for p in [c, *c.children(recursive=True)]]  # the env server: its broker and workers
                 for _ in range(args.rounds):
                     for name, env in envs.items():
                         for m, (batch, per_example) in measures.items():
-                            cpu = cpu_seconds([here]), cpu_seconds(vllm)
+                            cpu = cpu_seconds([here]), cpu_seconds(vllm), cpu_seconds(server)
                             times[name][m].append(round(await timed(env, client, str(model), batch, per_example), 2))
                         times[name]["batch_of_32_cpu_here_s"].append(round(cpu_seconds([here]) - cpu[0], 2))
                         times[name]["batch_of_32_cpu_vllm_s"].append(round(cpu_seconds(vllm) - cpu[1], 2))
-                for env in (v1, v1_per_episode, v1_null):
+                        times[name]["batch_of_32_cpu_env_server_s"].append(round(cpu_seconds(server) - cpu[2], 2))
+                for env in (v1, v1_per_episode, v1_null, v1_workers):
                     await env.aclose()
                 return {"load_v1_s": round(load_v1, 2)} | {
                     name: {m: {"runs": t, "median": statistics.median(t)} for m, t in by.items()}

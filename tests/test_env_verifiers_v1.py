@@ -345,7 +345,7 @@ def test_env_renderer_reaches_verifiers_train_client_and_vf_eval_says_a_wrong_on
     sent = env.context(client, "policy-1", {"temperature": 1.0}).client
     assert isinstance(sent.renderer, DefaultRendererConfig) and sent.renderer.tool_parser == "hermes-text"
     assert load_configured_environment("v1-reverse", {}).renderer is None  # verifiers picks it from the model
-    with pytest.raises(EnvironmentLoadError, match=r"is for verifiers 0.4 packages, and 'reverse-text' is a vfrl"):
+    with pytest.raises(EnvironmentLoadError, match=r"is for verifiers 0.4 packages, and 'reverse-text' is not one"):
         load_configured_environment("reverse-text", {}, "qwen3")
     done = CliRunner().invoke(eval_app, ["v1-reverse", "--renderer", "qwen9", "-b", "http://127.0.0.1:1/v1"])
     assert done.exit_code != 0 and "no renderer is named 'qwen9'" in done.output
@@ -971,7 +971,8 @@ def test_serving_that_is_slow_says_so_and_one_that_fails_is_one_line(monkeypatch
 
     env = object.__new__(V1Environment)
     env.env_id, env.renderer_model_name = "my-taskset", "m"
-    env._loop = env._lock = env._lock_loop = env._serving = None
+    env._loop = env._lock = env._lock_loop = env._serving = env.server = None
+    env.workers = 0
     env.v1_env = SimpleNamespace(serving=failing_serving)
     monkeypatch.setattr(verifiers_v1, "SLOW_SERVING_S", 0.05)
     with pytest.raises(V1EnvironmentError) as e:

@@ -50,6 +50,9 @@ class EnvConfig(Strict):
                           "`renderers` name (\"qwen3\") or table "
                           "({name = \"default\", tool_parser = \"hermes-text\"}). Default: found from the model's "
                           "name, which a local model folder does not match (plain chat template, no tools).")
+    workers: int = Field(0, ge=0, description="verifiers 0.4 packages only: run the episodes in verifiers' env server "
+                         "with this many worker processes beside the trainer (a host with cores to spare: each "
+                         "episode costs the process running it ~5 ms of CPU). 0: in the trainer's process.")
 
 
 # vLLM's --gpu-memory-utilization on a GPU shared with the trainer when vf-rl cannot read the model's size

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from vfrl.envs.environment import Environment
 from vfrl.envs.faults import one_line
-from vfrl.envs.verifiers_v1 import V1EnvironmentError, is_v1_module
+from vfrl.envs.verifiers_v1 import V1EnvironmentError, is_v1_module, v1_only
 from vfrl.verifiers_compat import load_classic_as_vfrl, verifiers_api
 
 ENTRY_POINT_GROUP = "vfrl.environments"
@@ -144,18 +144,21 @@ def load_environment(env_id: str, **env_args) -> Environment:
     return env
 
 
-def load_configured_environment(env_id: str, env_args: dict, renderer: str | dict | None = None) -> Environment:
+def load_configured_environment(env_id: str, env_args: dict, renderer: str | dict | None = None,
+                                workers: int = 0) -> Environment:
     """`[env]` as vf-train, vf-eval and the Python API load it: `id` with `args`, and for a verifiers 0.4
-    package its `renderer` (which a vfrl environment, rendered by vLLM's chat template, has no use for)."""
+    package its `renderer` (which a vfrl environment, rendered by vLLM's chat template, has no use for) and its
+    `workers`."""
     env = load_environment(env_id, **env_args)
-    if renderer is None:
+    if renderer is None and not workers:
         return env
     from vfrl.envs.verifiers_v1 import V1Environment
 
     if not isinstance(env, V1Environment):
-        raise EnvironmentLoadError(f"env.renderer = {renderer!r} is for verifiers 0.4 packages, and '{env_id}' is a "
-                                   f"vfrl environment (vLLM renders its prompts with the model's chat template): "
-                                   f"remove env.renderer")
+        raise EnvironmentLoadError(v1_only(env_id, renderer, workers))
+    env.use_workers(workers)
+    if renderer is None:
+        return env
     try:
         env.use_renderer(renderer)
     except V1EnvironmentError as e:

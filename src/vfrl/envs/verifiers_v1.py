@@ -91,6 +91,15 @@ def is_v1_module(module) -> bool:
                and obj is not v1.Taskset for n in names)
 
 
+def v1_only(env_id: str, renderer: str | dict | None, workers: int) -> str:
+    """The line for `env.renderer` or `env.workers` given for an environment that is not a verifiers 0.4 package."""
+    if renderer is not None:
+        return (f"env.renderer = {renderer!r} is for verifiers 0.4 packages, and '{env_id}' is not one (vLLM renders "
+                f"its prompts with the model's chat template): remove env.renderer")
+    return (f"env.workers = {workers} is for verifiers 0.4 packages (verifiers' env server runs their episodes), "
+            f"and '{env_id}' is not one: remove env.workers")
+
+
 def ensure_uv(env_id: str) -> None:
     """verifiers runs its own harnesses (`null`, `bash`, ...) as uv scripts: uv must be on PATH, and the script's
     environment is compiled to bytecode."""
@@ -328,6 +337,8 @@ class V1Environment(Environment):
         self._lock: asyncio.Lock | None = None
         self._lock_loop = None
         self.group_first_turns = True  # a group's first turns as one request (benchmarks compare with it off)
+        self.workers = 0  # env.workers: episodes in verifiers' env server with this many processes (use_workers)
+        self.server = None  # its EnvServerProcess, started with the first rollout
 
     def limit_tasks(self, n: int) -> None:
         """Rows this run can use at most: a taskset without end is read only that far (before its dataset is read)."""
@@ -348,8 +359,13 @@ class V1Environment(Environment):
         """Render prompts with this `renderers` renderer (a local fine-tune's path matches none by name)."""
         self.renderer = renderer_config(self.env_id, spec)
 
+    def use_workers(self, workers: int) -> None:
+        """Run the episodes in verifiers' env server with `workers` processes (verifiers_env_server); 0: here."""
+        self.workers = workers
+
     async def _open(self, client) -> None:
-        """Open `env.serving()` once per event loop; find the base model whose tokenizer renders prompts.
+        """Open `env.serving()` (or, with workers, start the env server) once per event loop; find the base model
+        whose tokenizer renders prompts.
 
         The serving context lives in a task of its own, which enters and leaves it (its servers and task
         groups must be left by the task that entered them); `aclose` ends it."""
@@ -363,6 +379,10 @@ class V1Environment(Environment):
                 return
             if self.renderer_model_name is None:
                 self.renderer_model_name = await base_model(client)
+            if self.workers:
+                await self._start_server(client)
+                self._loop = loop
+                return
             ready, stop = asyncio.Event(), asyncio.Event()
 
             async def serve() -> None:
@@ -385,8 +405,25 @@ class V1Environment(Environment):
                                                       f"serving resources: {type(e).__name__}: {e}", 600)) from e
             self._serving, self._loop = (task, stop), loop
 
+    async def _start_server(self, client) -> None:
+        from vfrl.envs.verifiers_env_server import EnvServerError, EnvServerProcess
+
+        if self.server is not None:  # started in an event loop that has ended: its client went with it
+            await asyncio.to_thread(self.server.end)
+        os.environ[API_KEY_VAR] = str(client.api_key)  # the workers read it from the environment they start with
+        self.server = EnvServerProcess(self.env_id, self.v1_env.config.model_dump(mode="json"), self.workers)
+        try:
+            await self.server.start()
+        except EnvServerError as e:
+            self.server = None
+            raise V1EnvironmentError(str(e)) from None
+
     async def aclose(self) -> None:
-        """Leave `env.serving()` (its interception server, shared tools); the next rollout opens it again."""
+        """Leave `env.serving()` (its interception server, shared tools), or stop the env server; the next
+        rollout opens it again."""
+        if self.server is not None:
+            server, self.server, self._loop = self.server, None, None
+            await server.stop()
         if self._serving is not None:
             (task, stop), self._serving, self._loop = self._serving, None, None
             stop.set()
@@ -405,8 +442,11 @@ class V1Environment(Environment):
     async def episode(self, client, model: str, row: dict[str, Any], sampling: dict[str, Any]) -> list[Rollout]:
         """The rollouts of one episode: one per trace of a trainable agent."""
         task = self.tasks[row["example_id"]]
-        (slot,) = self.v1_env.slots(task)
-        episode = await self.v1_env.run_slot(slot, self.context(client, model, sampling))
+        if self.server is not None:
+            episode = await self.server.run(self.context(client, model, sampling), task.data.model_dump(mode="json"))
+        else:
+            (slot,) = self.v1_env.slots(task)
+            episode = await self.v1_env.run_slot(slot, self.context(client, model, sampling))
         return episode_rollouts(episode, row["example_id"], row.get("answer", ""), model)
 
     async def rollout_with_state(self, client, model, row, example_id, sampling, record_tokens=True):
@@ -455,7 +495,7 @@ class V1Environment(Environment):
             return []
 
         with open_group(n) as group:
-            group = group if self.group_first_turns else None
+            group = group if self.group_first_turns and not self.workers else None
             return [r for episode in await asyncio.gather(*(one(j, group) for j in range(n))) for r in episode]
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from vfrl.config import RLConfig
 
 
-def environment_problem(env_id: str, renderer: str | dict | None = None) -> str | None:
+def environment_problem(env_id: str, renderer: str | dict | None = None, workers: int = 0) -> str | None:
     """Is `env.id` loadable the way vf-train will load it (entry point, else module), and its `env.renderer`
-    one it can use? Without importing it."""
+    one it can use, its `env.workers` for a package that can have them? Without importing it."""
     from importlib.metadata import entry_points
     from importlib.util import find_spec
 
@@ -18,10 +18,11 @@ def environment_problem(env_id: str, renderer: str | dict | None = None) -> str 
 
     names = sorted(ep.name for ep in entry_points(group="vfrl.environments"))
     module = env_id.replace("-", "_").split("/")[-1]
+    if (renderer is not None or workers) and not is_verifiers_package(env_id):
+        from vfrl.envs.verifiers_v1 import v1_only
+
+        return v1_only(env_id, renderer, workers)
     if renderer is not None:
-        if not is_verifiers_package(env_id):
-            return (f"env.renderer = {renderer!r} is for verifiers 0.4 packages, and '{env_id}' is not one "
-                    f"(vLLM renders its prompts with the model's chat template): remove env.renderer")
         from vfrl.envs.verifiers_v1 import V1EnvironmentError, renderer_config
 
         try:
