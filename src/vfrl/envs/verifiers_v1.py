@@ -11,6 +11,8 @@ The trainer's Orchestrator sees the same interface as for a vfrl environment (`d
 - the two per-rollout costs that are not verifiers' own work (pydantic's default-factory check, httpx's connection
   pool under the train client) are taken off the hot path (verifiers_hot_path);
 - its serving resources (`env.serving()`) open on the first rollout and stay open for the event loop;
+- with `env.workers` (use_workers) the episodes run in verifiers' env server instead, worker processes beside the
+  trainer (verifiers_env_server), and come back as verifiers' wire episodes, made into rollouts the same way;
 - `env.run_slot` samples through verifiers' train client, which renders the prompt with the base
   model's tokenizer and posts token ids to vLLM's `/inference/v1/generate` (vLLM started with
   `--enable-scale-out`; the adapter is chosen by the model name, as for vfrl's own requests); the first
