@@ -51,9 +51,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from openai.resources.chat.completions import completions as chat_completions
 from verifiers.v1.errors import HarnessError
 from verifiers.v1.harnesses.null.harness import NullHarness
-from openai.resources.chat.completions import completions as chat_completions
 from verifiers.v1.runtimes import ProgramResult, Runtime
 
 from vfrl_chat_harness import plain_body
