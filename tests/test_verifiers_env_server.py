@@ -69,6 +69,11 @@ def test_an_env_server_that_exits_before_it_serves_is_one_line():
 
 @needs_v1
 def test_env_workers_for_a_vfrl_environment_is_one_line():
+    """vf-rl's preflight, the loader (vf-train, the Python API) and vf-eval --env-workers say the same line; a
+    verifiers package takes them."""
+    from typer.testing import CliRunner
+
+    from vfrl.envs.cli.eval import app as eval_app
     from vfrl.envs.loader import EnvironmentLoadError, load_configured_environment
     from vfrl.launcher.preflight import environment_problem
 
@@ -77,4 +82,7 @@ def test_env_workers_for_a_vfrl_environment_is_one_line():
     assert environment_problem("reverse-text", None, 2) == line
     with pytest.raises(EnvironmentLoadError, match=line.replace("(", r"\(").replace(")", r"\)")):
         load_configured_environment("reverse-text", {}, None, 2)
+    done = CliRunner().invoke(eval_app, ["reverse-text", "--env-workers", "2", "-b", "http://127.0.0.1:1/v1"])
+    assert done.exit_code != 0 and line in " ".join(done.output.split()) and "Traceback" not in done.output
     assert environment_problem("v1-reverse", None, 2) is None
+    assert load_configured_environment("v1-reverse", {}, None, 2).workers == 2

@@ -217,6 +217,10 @@ def evaluate(
         "--renderer",
         help="verifiers 0.4 packages: the `renderers` renderer for the prompts, a name (qwen3) or JSON "
              """('{"name": "default", "tool_parser": "hermes"}') \\[default: found from the model's name].""")] = None,
+    env_workers: Annotated[int, typer.Option(
+        "--env-workers", min=0,
+        help="verifiers 0.4 packages: run the episodes in verifiers' env server with this many worker processes "
+             "(env.workers); 0 runs them in this process.")] = 0,
     token_ids: Annotated[TokenIds, typer.Option(
         "--token-ids", case_sensitive=False,
         help="Record vLLM's token ids and logprobs per rollout: 'on' needs vLLM, 'off' sends plain requests without "
@@ -229,6 +233,7 @@ def evaluate(
     job = resolve_job(env_id, given, env_args, sampling_args, output, token_ids)
     job.renderer = (parse_json_object(renderer, "--renderer") if renderer and renderer.lstrip().startswith("{")
                     else renderer)
+    job.workers = env_workers
     env = load_eval_environment(job)
     try:
         asyncio.run(run_job(job, env))
@@ -251,6 +256,7 @@ class EvalJob:
     token_ids: TokenIds
     split: str = "train"
     renderer: str | dict[str, Any] | None = None  # a verifiers 0.4 package's renderer (env.renderer)
+    workers: int = 0  # a verifiers 0.4 package's env server workers (env.workers)
     n: int = 0  # examples to evaluate, known once the environment is loaded
 
 
@@ -282,7 +288,7 @@ def load_eval_environment(job: EvalJob):
     from vfrl.envs.loader import EnvironmentLoadError, load_configured_environment
 
     try:
-        env = load_configured_environment(job.env_id, job.env_args, job.renderer)
+        env = load_configured_environment(job.env_id, job.env_args, job.renderer, job.workers)
     except EnvironmentLoadError as e:  # one line: the package and the error (args refused, a raise, not an env)
         fail(PROG, str(e))
     if job.opts["num_examples"] > 0 and hasattr(env, "limit_tasks"):  # a verifiers taskset without end
