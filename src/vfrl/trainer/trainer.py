@@ -175,12 +175,20 @@ class RLTrainer:
         if self.ranks.is_main:
             torch_thread = TorchThread()
             try:
-                with asyncio.Runner() as runner:
-                    runner.get_loop().set_exception_handler(unretrieved_errors_to(self.log_file))
-                    try:
-                        runner.run(self._train_watched(torch_thread))
-                    finally:  # a training step in flight ends before what follows reads the model
-                        torch_thread.join()
+                try:
+                    with asyncio.Runner() as runner:
+                        runner.get_loop().set_exception_handler(unretrieved_errors_to(self.log_file))
+                        try:
+                            runner.run(self._train_watched(torch_thread))
+                        finally:  # a training step in flight ends before what follows reads the model
+                            torch_thread.join()
+                except Exception as e:
+                    # A second Ctrl-C can land as the loop's main task ends on the first: the loop is left stopped,
+                    # and the Runner's close fails on it ("Event loop stopped before Future completed"). The
+                    # stop is the Ctrl-C's.
+                    if isinstance(e.__context__, KeyboardInterrupt):
+                        raise e.__context__ from None
+                    raise
             except KeyboardInterrupt:  # Ctrl-C, a stop; or the terminal gone, a fault: keep what was trained
                 if not stop_signals.hung_up():
                     raise
