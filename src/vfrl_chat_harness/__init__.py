@@ -77,6 +77,11 @@ class ProgramRun:
 RUN: contextvars.ContextVar[ProgramRun] = contextvars.ContextVar("vfrl_chat_harness_run")
 
 
+def call_key(args: tuple, kwargs: dict) -> str:
+    """A call's arguments as one hashable text: two calls with the same arguments have the same key."""
+    return repr((args, sorted(kwargs.items())))
+
+
 class RunParser(argparse.ArgumentParser):
     """The program's own parser, reading the run's argv instead of sys.argv and writing its errors to the run's
     stderr. The program builds the same parser on every run (half a millisecond of `add_argument`s), so it is
@@ -89,7 +94,7 @@ class RunParser(argparse.ArgumentParser):
         self.reusable = True  # after argparse's own init adds its groups
 
     def add_argument(self, *args, **kwargs):
-        call = repr((args, sorted(kwargs.items())))
+        call = call_key(args, kwargs)
         if call not in self.actions_by_call:
             self.actions_by_call[call] = super().add_argument(*args, **kwargs)
         return self.actions_by_call[call]
@@ -119,7 +124,7 @@ def kept_parsers():
     kept: dict[str, RunParser] = {}
 
     def parser(*args, **kwargs) -> RunParser:
-        key = repr((args, sorted(kwargs.items())))
+        key = call_key(args, kwargs)
         if key not in kept or not kept[key].reusable:
             kept[key] = RunParser(*args, **kwargs)
         return kept[key]

@@ -408,12 +408,14 @@ class V1Environment(Environment):
             self._serving, self._loop = (task, stop), loop
 
     async def _start_server(self, client) -> None:
+        from verifiers.v1.serve import env_config_data
+
         from vfrl.envs.verifiers_env_server import EnvServerError, EnvServerProcess
 
         if self.server is not None:  # started in an event loop that has ended: its client went with it
             await asyncio.to_thread(self.server.end)
         os.environ[API_KEY_VAR] = str(client.api_key)  # the workers read it from the environment they start with
-        self.server = EnvServerProcess(self.env_id, self.v1_env.config.model_dump(mode="json"), self.workers)
+        self.server = EnvServerProcess(self.env_id, env_config_data(self.v1_env.config), self.workers)
         try:
             await self.server.start()
         except EnvServerError as e:
