@@ -245,6 +245,8 @@ def test_scale_out_is_on_for_a_verifiers_package_only():
 
     assert is_verifiers_package("v1-reverse") and is_verifiers_package("v1_reverse")
     assert not is_verifiers_package("reverse-text") and not is_verifiers_package("no-such-env")
+    if HAVE_V1:  # a taskset verifiers ships goes by its bare id, as in verifiers (not the game package `textarena`)
+        assert is_verifiers_package("textarena")
 
     def argv(env, **inf):
         return config_argv(RLConfig.model_validate({"model": "m", "env": {"id": env}, "inference": inf}))
@@ -981,3 +983,16 @@ def test_serving_that_is_slow_says_so_and_one_that_fails_is_one_line(monkeypatch
     assert str(e.value) == ("environment 'my-taskset': verifiers could not start its serving resources: RuntimeError: "
                             "server did not report its port at /tmp/vf-port-1 in its runtime: ModuleNotFoundError: No "
                             "module named 'my_tools'")
+
+
+@needs_v1
+def test_the_tasksets_verifiers_ships_load_by_the_ids_verifiers_gives_them():
+    """verifiers' loader looks for an id in its own tasksets package before a module of that name; vfrl's too."""
+    import verifiers.v1.tasksets as shipped
+
+    from vfrl.verifiers_compat import verifiers_taskset
+
+    names = [p.name for p in Path(shipped.__file__).parent.iterdir() if (p / "__init__.py").is_file()]
+    assert "textarena" in names
+    assert all(verifiers_taskset(n) == f"verifiers.v1.tasksets.{n}" for n in names)
+    assert verifiers_taskset("reverse_text") is None and verifiers_taskset("verifiers.v1.tasksets.textarena") is None

@@ -5,8 +5,8 @@ vocabulary of 49,152 tokens, a template that adds its own system prompt, `<|im_e
 a reply cut at max_tokens, a multi-token stop string, BPE merges across the prompt/completion boundary,
 vLLM's logprobs against the trainer's (fp32) for the base model and for a LoRA adapter, and tool calls from a
 model whose template has no tool syntax (a classic ToolEnv, and a verifiers 0.4 MCP toolset through renderers'
-default renderer and vfrl's hermes-text parser). One vf-vllm serves every test here; the last one trains two steps
-with vf-train against it.
+default renderer and vfrl's hermes-text parser), and verifiers' own `textarena` taskset, whose game engine plays the
+user. One vf-vllm serves every test here; one trains two steps with vf-train against it.
 
 The model folder is the one scripts/install.sh made (python -m vfrl.make_smollm2).
 """
@@ -240,3 +240,31 @@ def test_a_verifiers_mcp_toolset_calls_its_tool_with_the_real_model(server, smol
                         lambda arguments: str(arguments["a"] * arguments["b"]))
     assert all(r.prompt[-1]["content"].startswith("What is") for r in rollouts)  # the worked example is prompt
     sys.modules.pop("v1_products", None)
+
+
+def test_verifiers_own_textarena_taskset_plays_wordle_with_the_real_model(server, smollm2, tokenizer, monkeypatch,
+                                                                         tmp_path):
+    """`textarena`, a taskset verifiers 0.4 ships (verifiers/v1/tasksets/textarena, none of the project's), loaded by
+    the id verifiers gives it (the game package of the same name is not it): textarena's real Wordle engine plays the
+    user, so every turn between the model's is the game's feedback, and gets no loss."""
+    import nltk
+
+    from conftest import sample_batch
+    from test_env_textarena import make_nltk_data
+    from vfrl import load_environment
+    from vfrl.envs.verifiers_v1 import V1Environment
+
+    monkeypatch.setattr(nltk.data, "path", [str(make_nltk_data(tmp_path / "nltk_data"))])  # the words it needs
+    env = load_environment("textarena", game="Wordle-v0")
+    assert isinstance(env, V1Environment) and "You are Playing Wordle" in env.dataset[0]["prompt"][-1]["content"]
+    rollouts = asyncio.run(sample_batch(env, server, API_KEY, str(smollm2), 0, max_tokens=16, examples=1)).rollouts
+    assert len(rollouts) == 2
+    for r in rollouts:
+        roles = [m["role"] for m in r.completion]
+        assert roles[0] == "assistant" and set(roles) <= {"assistant", "user"} and "user" in roles, roles
+        assert r.reward in (0.0, 1.0) and "game_reward" in r.metrics, (r.reward, r.metrics)
+        (branch,) = r.sequences()
+        game = tokenizer.decode([t for t, m in zip(branch.completion_ids, branch.completion_mask) if not m])
+        model = tokenizer.decode([t for t, m in zip(branch.completion_ids, branch.completion_mask) if m])
+        first_feedback = next(m["content"] for m in r.completion if m["role"] == "user")
+        assert first_feedback[:40] in game and first_feedback[:40] not in model

@@ -41,6 +41,19 @@ def module_sources(module: str) -> list[Path]:
     return [Path(spec.origin)] if spec.origin and spec.origin.endswith(".py") else []
 
 
+def verifiers_taskset(name: str) -> str | None:
+    """`verifiers.v1.tasksets.<name>` when verifiers 0.4 ships a taskset of that name (textarena, harbor, ...): its
+    own loader looks there before a module of the name, so `textarena` is its taskset, not textarena's game
+    package. Found on disk, without importing verifiers for every other id."""
+    spec = importlib.util.find_spec("verifiers") if "." not in name else None
+    folders = (spec and spec.submodule_search_locations) or []
+    for folder in folders:
+        tasksets = Path(folder) / "v1" / "tasksets"
+        if (tasksets / name / "__init__.py").is_file() or (tasksets / f"{name}.py").is_file():
+            return f"verifiers.v1.tasksets.{name}"
+    return None
+
+
 def verifiers_api(module: str) -> str | None:
     """Which verifiers API a module's source is written against: "v1" (0.4), "classic" (<= 0.3), or None."""
     texts = []

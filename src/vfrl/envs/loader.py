@@ -18,7 +18,7 @@ from pathlib import Path
 from vfrl.envs.environment import Environment
 from vfrl.envs.faults import one_line
 from vfrl.envs.verifiers_v1 import V1EnvironmentError, is_v1_module, v1_only
-from vfrl.verifiers_compat import load_classic_as_vfrl, verifiers_api
+from vfrl.verifiers_compat import load_classic_as_vfrl, verifiers_api, verifiers_taskset
 
 ENTRY_POINT_GROUP = "vfrl.environments"
 
@@ -104,6 +104,7 @@ def load_environment(env_id: str, **env_args) -> Environment:
             break
     if target is None:
         module_name = env_id.replace("-", "_").split("/")[-1]
+        module_name = verifiers_taskset(module_name) or module_name
         classic = read_as_vfrl_if_classic(module_name)
         package = f"module {module_name}" + (", verifiers' classic API" if classic else "")
         try:

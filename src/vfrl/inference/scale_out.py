@@ -16,7 +16,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from vfrl.verifiers_compat import verifiers_api
+from vfrl.verifiers_compat import verifiers_api, verifiers_taskset
 
 
 def find_uv() -> str | None:
@@ -32,6 +32,8 @@ def is_verifiers_package(env_id: str) -> bool:
     if any(ep.name in (env_id, env_id.replace("_", "-")) for ep in entry_points(group="vfrl.environments")):
         return False
     module = env_id.replace("-", "_").split("/")[-1].split("@")[0]
+    if verifiers_taskset(module):  # one verifiers ships: a 0.4 taskset, known without importing verifiers
+        return True
     try:
         spec = find_spec(module)
     except (ImportError, ValueError):
