@@ -34,9 +34,12 @@ if [ ! -f "$stamp" ] || [ -n "$(find pyproject.toml environments -newer "$stamp"
   # keeps the torch that is there: an environment's dependency must never swap the vLLM build's torch.
   torch_pin="$VENV/.vfrl-torch-constraint.txt"
   "$VENV/bin/python" -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' > "$torch_pin"
+  # One pip call for them all: one resolve, not one per environment (~6 s each).
+  envs=()
   for env in environments/*/; do
-    if [ -f "$env/pyproject.toml" ]; then pip_q install -c "$torch_pin" -e "$env"; fi
+    if [ -f "$env/pyproject.toml" ]; then envs+=(-e "$env"); fi
   done
+  if [ ${#envs[@]} -gt 0 ]; then pip_q install -c "$torch_pin" "${envs[@]}"; fi
   touch "$stamp"
 fi
 if [ ! -f models/smollm2-135m-instruct/model.safetensors ]; then
