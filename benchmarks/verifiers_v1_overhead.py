@@ -13,7 +13,8 @@ per episode (verifiers' own train client alone), in a uv-script process per roll
 and in verifiers' env server with two worker processes (`env.workers = 2`). For each, after a warm-up: one rollout
 alone (latency), a batch of 8 (4 examples x 2) at max_concurrent 8, and a batch of 32 (4 examples x 8) at
 max_concurrent 32, in `--rounds` rounds (3) that take each environment in turn (a neighbour's load falls on all of
-them). The start-up heap is frozen first, as vf-train freezes its own (heap.py). Prints JSON: each measure's values
+them). The start-up heap is frozen first, as vf-train freezes its own (heap.py), with the model loaded as vf-train
+has it by then. Prints JSON: each measure's values
 and their median, and for the batch of 32 the CPU seconds it cost this process (the trainer's side), vLLM's
 processes and the env server's.
 """
@@ -99,6 +100,11 @@ def main() -> None:
         v1_null = V1Environment("v1-reverse", harness="null")  # a uv-script process per rollout
         v1_workers = load_environment("v1-reverse")  # verifiers' env server, two worker processes
         v1_workers.use_workers(2)
+        # vf-train has torch, transformers and the model loaded when it freezes its heap; here the renderer's first
+        # rollout would import them after the freeze, and every full collection of the batches would walk them
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        AutoTokenizer.from_pretrained(model), AutoModelForCausalLM.from_pretrained(model)
         freeze_long_lived()  # as vf-train does before its loop (heap.py): no full collection walks the start-up
         with vf_vllm(config, port, key, Path(tmp) / "server.log") as base_url:
             async def run():
