@@ -193,6 +193,15 @@ class SharedServer:
 
 
 @pytest.fixture(scope="session")
+def nltk_data_folder(tmp_path_factory):
+    """The nltk data textarena's Wordle reads (test_env_textarena.make_nltk_data), one folder for the session: nltk
+    keeps a corpus once read and then refuses to read it from a folder no longer on `nltk.data.path`."""
+    from test_env_textarena import make_nltk_data
+
+    return make_nltk_data(tmp_path_factory.mktemp("nltk_data"))
+
+
+@pytest.fixture(scope="session")
 def shared_vllm_server(tmp_path_factory, tiny_model):
     """One vf-vllm for the session: fp32, max_model_len 1024 (the tiny model's position limit; its
     tokenizer spends one token per character), API key `SharedServer.api_key`, and verifiers 0.4's

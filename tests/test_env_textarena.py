@@ -41,11 +41,11 @@ def make_nltk_data(root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
+def env(nltk_data_folder):
     import nltk
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(nltk.data, "path", [str(make_nltk_data(tmp_path_factory.mktemp("nltk_data")))])
+        mp.setattr(nltk.data, "path", [str(nltk_data_folder)])  # conftest: make_nltk_data's, once a session
         yield vf.load_environment("classic_wordle", num_train_examples=4, num_eval_examples=2)
 
 

@@ -243,18 +243,17 @@ def test_a_verifiers_mcp_toolset_calls_its_tool_with_the_real_model(server, smol
 
 
 def test_verifiers_own_textarena_taskset_plays_wordle_with_the_real_model(server, smollm2, tokenizer, monkeypatch,
-                                                                         tmp_path):
+                                                                         nltk_data_folder):
     """`textarena`, a taskset verifiers 0.4 ships (verifiers/v1/tasksets/textarena, none of the project's), loaded by
     the id verifiers gives it (the game package of the same name is not it): textarena's real Wordle engine plays the
     user, so every turn between the model's is the game's feedback, and gets no loss."""
     import nltk
 
     from conftest import sample_batch
-    from test_env_textarena import make_nltk_data
     from vfrl import load_environment
     from vfrl.envs.verifiers_v1 import V1Environment
 
-    monkeypatch.setattr(nltk.data, "path", [str(make_nltk_data(tmp_path / "nltk_data"))])  # the words it needs
+    monkeypatch.setattr(nltk.data, "path", [str(nltk_data_folder)])  # the words it needs (conftest)
     env = load_environment("textarena", game="Wordle-v0")
     assert isinstance(env, V1Environment) and "You are Playing Wordle" in env.dataset[0]["prompt"][-1]["content"]
     rollouts = asyncio.run(sample_batch(env, server, API_KEY, str(smollm2), 0, max_tokens=16, examples=1)).rollouts
