@@ -19,6 +19,8 @@ import re
 import sys
 from pathlib import Path
 
+from vfrl.package_folders import folder_modules, source_folder
+
 IMPORTS_VERIFIERS = re.compile(r"^\s*(import verifiers|from verifiers[\s.])", re.MULTILINE)
 IMPORTS_V1 = re.compile(r"^\s*(import verifiers\.v1|from verifiers\.v1[\s.]|from verifiers import v1\b)", re.MULTILINE)
 # a classic package's verifiers imports, read as vfrl's: `import verifiers as vf`, `from verifiers.x import y`,
@@ -54,17 +56,6 @@ def verifiers_taskset(name: str) -> str | None:
     return None
 
 
-def is_install_folder(folder: Path) -> bool:
-    """Is `folder` where installed packages go (site-packages), rather than a package's own source folder?"""
-    return folder.name in ("site-packages", "dist-packages") or str(folder) in map(str, site_folders())
-
-
-def site_folders() -> list[Path]:
-    import site
-
-    return [Path(p) for p in [*site.getsitepackages(), site.getusersitepackages()]]
-
-
 def companions(module: str) -> list[str]:
     """The other top-level modules an environment ships beside `module` (`rubrics/`, `utils/` next to
     `my_env.py`): those its distribution installs, or, when `module` is found in a folder of its own (a
@@ -74,16 +65,8 @@ def companions(module: str) -> list[str]:
     by_top = packages_distributions()
     dists = set(by_top.get(module, ()))
     names = {top for top, of in by_top.items() if dists & set(of)}
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None and spec.origin and spec.origin.endswith(".py"):
-        folder = Path(spec.origin).parent
-        folder = folder.parent if spec.submodule_search_locations else folder
-        if not is_install_folder(folder):
-            names |= {p.stem for p in folder.glob("*.py")} | {
-                p.name for p in folder.iterdir() if p.is_dir() and p.name.isidentifier() and any(p.glob("*.py"))}
+    if (folder := source_folder(module)) is not None:
+        names |= folder_modules(folder)
     return sorted(names - {module, "verifiers", "vfrl"})
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from vfrl.envs.environment import Environment
 from vfrl.envs.faults import one_line
 from vfrl.envs.verifiers_v1 import V1EnvironmentError, is_v1_module, v1_only
+from vfrl.package_folders import own_modules_first
 from vfrl.verifiers_compat import load_classic_as_vfrl, verifiers_api, verifiers_taskset
 
 ENTRY_POINT_GROUP = "vfrl.environments"
@@ -138,6 +139,7 @@ def load_environment(env_id: str, **env_args) -> Environment:
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name in (env_id, env_id.replace("_", "-")):
             package = f"package {ep.dist.name} {ep.dist.version}" if ep.dist else f"entry point {ep.value}"
+            own_modules_first(ep.module.split(".")[0])
             classic = read_as_vfrl_if_classic(ep.module.split(".")[0])
             try:
                 target = ep.load()
@@ -147,6 +149,8 @@ def load_environment(env_id: str, **env_args) -> Environment:
     if target is None:
         module_name = env_id.replace("-", "_").split("/")[-1]
         module_name = verifiers_taskset(module_name) or module_name
+        if "." not in module_name:
+            own_modules_first(module_name)
         classic = read_as_vfrl_if_classic(module_name)
         package = f"module {module_name}" + (", verifiers' classic API" if classic else "")
         try:
