@@ -50,7 +50,8 @@ def test_builder_that_raises_is_one_line_naming_the_builder():
 
     env = vf.SingleTurnEnv(dataset=build_dataset)
     with pytest.raises(vf.DatasetBuildError, match=r"^SingleTurnEnv: building its dataset \(.*build_dataset\(\)\) "
-                                                   r"raised ConnectionError: hub unreachable retry later$"):
+                                                   r"raised ConnectionError: hub unreachable retry later "
+                                                   r"\(at test_env_classic_api.py:49\)$"):
         env.dataset
 
 

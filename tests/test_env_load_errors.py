@@ -23,6 +23,12 @@ MODULES = {
     "not_an_env_mod": "def load_environment():\n    return {'dataset': []}\n",
     "bad_import_env_mod": "import no_such_dependency_xyz\n\ndef load_environment():\n    pass\n",
     "bad_syntax_env_mod": "def load_environment(:\n",
+    # a package whose data comes from the Hugging Face hub, offline: it loads, and its dataset fails when read
+    "offline_data_env_mod": "import vfrl\n\n\ndef build():\n"
+                            "    raise ConnectionError(\n"
+                            "        \"Couldn't reach 'org/data' on the Hub (OfflineModeIsEnabled)\")\n"
+                            "\n\ndef load_environment():\n"
+                            "    return vfrl.SingleTurnEnv(dataset=build, rubric=vfrl.Rubric(funcs=[], weights=[]))\n",
 }
 
 
@@ -63,6 +69,12 @@ def test_args_the_function_does_not_take_name_the_package():
                        match=r"environment 'reverse-text' \(package reverse-text [^)]*\) does not "
                              r"take these args \{'no_such_arg': 1\}: got an unexpected keyword"):
         vfrl.load_environment("reverse-text", no_such_arg=1)
+
+
+def test_vf_eval_says_in_one_line_that_the_dataset_could_not_be_built(broken_envs):
+    assert one_error_line(run_cli("vf-eval", "offline-data-env-mod", "-b", "http://127.0.0.1:9/v1"), "vf-eval") == (
+        "vf-eval: error: offline-data-env-mod: building its dataset (build()) raised ConnectionError: Couldn't reach "
+        "'org/data' on the Hub (OfflineModeIsEnabled) (at offline_data_env_mod.py:5)")
 
 
 def test_vf_eval_gives_the_same_one_line(broken_envs):

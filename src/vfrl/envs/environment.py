@@ -21,7 +21,9 @@ without it, and fails when (and only if) that split is read.
 from __future__ import annotations
 
 import asyncio
+import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable
 
 from vfrl.envs.faults import (
@@ -176,8 +178,10 @@ class Environment:
                     raise  # an inner env's builder (EnvGroup), already worded
                 except Exception as e:
                     builder = getattr(source, "__qualname__", repr(source))
+                    frame = traceback.extract_tb(e.__traceback__)[-1]
                     raise DatasetBuildError(one_line(
-                        f"{self.env_id}: building its {name} ({builder}()) raised {type(e).__name__}: {e}", 400)) from e
+                        f"{self.env_id}: building its {name} ({builder}()) raised {type(e).__name__}: {e}", 400)
+                        + f" (at {Path(frame.filename).name}:{frame.lineno})") from e
             self._built[name] = None if source is None and name == "eval_dataset" else self.format_dataset(
                 as_rows(source, name))
         return self._built[name]

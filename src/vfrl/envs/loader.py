@@ -188,6 +188,8 @@ def load_environment(env_id: str, **env_args) -> Environment:
     if not isinstance(env, Environment):
         raise EnvironmentLoadError(f"environment '{env_id}' ({package}): load_environment() returned "
                                    f"{type(env).__name__}, not a vfrl Environment")
+    if env.env_id == type(env).__name__:  # not named by its package: its messages name it by the id it was loaded by
+        env.env_id = env_id
     return env
 
 

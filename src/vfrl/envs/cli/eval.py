@@ -285,6 +285,7 @@ def resolve_job(env_id: str, given: dict[str, Any], env_args: str | None, sampli
 
 def load_eval_environment(job: EvalJob):
     """The environment, and which split and how many examples of it the job evaluates (eval split if it has one)."""
+    from vfrl.envs.environment import DatasetBuildError
     from vfrl.envs.loader import EnvironmentLoadError, load_configured_environment
 
     try:
@@ -293,7 +294,10 @@ def load_eval_environment(job: EvalJob):
         fail(PROG, str(e))
     if job.opts["num_examples"] > 0 and hasattr(env, "limit_tasks"):  # a verifiers taskset without end
         env.limit_tasks(job.opts["num_examples"])
-    data = env.eval_dataset if env.eval_dataset is not None else env.dataset
+    try:
+        data = env.eval_dataset if env.eval_dataset is not None else env.dataset
+    except DatasetBuildError as e:  # one line: the builder and its error (its data behind a network it cannot reach)
+        fail(PROG, str(e))
     job.split = "eval" if env.eval_dataset is not None else "train"
     job.n = len(data) if job.opts["num_examples"] < 0 else min(job.opts["num_examples"], len(data))
     return env
