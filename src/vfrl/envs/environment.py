@@ -33,6 +33,7 @@ from vfrl.envs.group_request import GroupRequest
 from vfrl.envs.messages import content_text, message_field, messages
 from vfrl.envs.parsers import Parser
 from vfrl.envs.rubric import Rubric
+from vfrl.envs.slow_notice import said_if_slow
 from vfrl.envs.tool_defs import Tool
 
 Messages = list[dict[str, Any]]
@@ -172,16 +173,18 @@ class Environment:
         if name not in self._built:
             source = self._splits[name]
             if callable(source) and not hasattr(source, "to_list"):
-                try:
-                    source = source()
-                except DatasetBuildError:
-                    raise  # an inner env's builder (EnvGroup), already worded
-                except Exception as e:
-                    builder = getattr(source, "__qualname__", repr(source))
-                    frame = traceback.extract_tb(e.__traceback__)[-1]
-                    raise DatasetBuildError(one_line(
-                        f"{self.env_id}: building its {name} ({builder}()) raised {type(e).__name__}: {e}", 400)
-                        + f" (at {Path(frame.filename).name}:{frame.lineno})") from e
+                builder = getattr(source, "__qualname__", repr(source))
+                with said_if_slow(f"{self.env_id}: building its {name} ({builder}())") as outcome:
+                    try:
+                        source = source()
+                    except DatasetBuildError:
+                        raise  # an inner env's builder (EnvGroup), already worded
+                    except Exception as e:
+                        frame = traceback.extract_tb(e.__traceback__)[-1]
+                        raise DatasetBuildError(one_line(
+                            f"{self.env_id}: building its {name} ({builder}()) raised {type(e).__name__}: {e}", 400)
+                            + f" (at {Path(frame.filename).name}:{frame.lineno})") from e
+                    outcome["done"] = f"{len(source)} rows" if hasattr(source, "__len__") else "built"
             self._built[name] = None if source is None and name == "eval_dataset" else self.format_dataset(
                 as_rows(source, name))
         return self._built[name]
