@@ -6,6 +6,7 @@ import asyncio
 import importlib
 import json
 import os
+import platform
 import subprocess
 import sys
 import tomllib
@@ -161,6 +162,65 @@ def test_which_verifiers_requirement_is_left_out(requirement, classic):
     from vfrl.envs.cli.install import needs_classic_verifiers
 
     assert needs_classic_verifiers(requirement) is classic
+
+
+GIT_VERIFIERS = ("verifiers @ git+https://github.com/PrimeIntellect-ai/verifiers.git"
+                 "@284a868d6a9022109b749710672a0460e8a996d4")
+
+
+@pytest.mark.parametrize("requirement, dropped", [
+    ("verifiers>=0.1.3,<0.4", "verifiers' classic API"), (GIT_VERIFIERS, "a verifiers build by URL"),
+    ("verifiers>=0.4", None), ("verifiers", None), ("tomli-w @ git+https://github.com/hukkin/tomli-w.git", None),
+])
+def test_which_requirements_vf_install_leaves_out(requirement, dropped):
+    from vfrl.envs.cli.install import left_out
+
+    why = left_out(requirement)
+    assert (why.split(")")[0] if why else None) == dropped
+
+
+@pytest.mark.e2e
+def test_install_a_package_for_a_newer_python_pinned_to_a_verifiers_commit(tmp_path):
+    """As carbonteq-ai's verifiers 0.4 packages are: `requires-python` leaves this Python out, and verifiers comes
+    from a git commit. vf-install says the first in one line and how to go on; with --ignore-requires-python it
+    installs the package without the git verifiers (offline pip could not fetch it; online it would replace the
+    verifiers vfrl installed)."""
+    from importlib.metadata import version
+
+    name = f"newer-python-env-{uuid.uuid4().hex[:8]}"
+    module = name.replace("-", "_")
+    src = tmp_path / name
+    src.mkdir()
+    newer = f"{sys.version_info.major}.{sys.version_info.minor + 1}"
+    (src / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        f'[project]\nname = "{name}"\nversion = "0.1.0"\nrequires-python = ">={newer}"\n'
+        f'dependencies = ["{GIT_VERIFIERS}", "tomli-w"]\n\n'
+        f'[tool.setuptools]\npy-modules = ["{module}"]\n')
+    (src / f"{module}.py").write_text(
+        "import vfrl\n\n"
+        "def load_environment():\n"
+        "    return vfrl.SingleTurnEnv(dataset=[{'question': 'q', 'answer': 'a'}], rubric=vfrl.Rubric(funcs=[]))\n")
+    try:
+        verifiers_before = version("verifiers")
+    except Exception:
+        verifiers_before = None
+    try:
+        refused = cli("vf-install", "-p", str(src), cwd=tmp_path)
+        assert one_error_line(refused, "vf-install").endswith(
+            f"it asks for Python >={newer} and this is {platform.python_version()}; if its code runs on "
+            f"{platform.python_version()} (3.12 syntax does not), install it with --ignore-requires-python "
+            "(pip exit code 1; its messages are above)")
+        done = cli("vf-install", "-p", str(src), "--ignore-requires-python", cwd=tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        if verifiers_before is not None:  # vfrl's verifiers extra is installed: its verifiers stays
+            assert (f"it requires {GIT_VERIFIERS} (a verifiers build by URL), which would replace the verifiers "
+                    f"{verifiers_before} installed with vfrl; vfrl runs verifiers 0.4 packages on that one, so that "
+                    "requirement is left out") in done.stdout
+            assert version("verifiers") == verifiers_before
+        assert f"installed {name} 0.1.0" in done.stdout
+    finally:
+        subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", name], capture_output=True)
 
 
 @pytest.mark.e2e

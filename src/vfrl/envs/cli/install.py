@@ -61,6 +61,9 @@ def keep_torch(tmp: Path) -> list[str]:
     return ["-c", str(constraint)]
 
 
+OTHER_PYTHON = re.compile(r"requires a different Python: (\S+) not in '([^']+)'")
+
+
 def pip(args: list[str], what: str) -> list[dict]:
     """`pip install ARGS` into this Python; the items pip's report lists. A failure ends vf-install in one line
     (pip's last messages above it)."""
@@ -72,7 +75,12 @@ def pip(args: list[str], what: str) -> list[dict]:
         if done.returncode != 0:
             errors = [line for line in done.stderr.splitlines() if line.strip() and "WARNING: Location" not in line]
             sys.stderr.write("\n".join(errors[-15:]) + "\n")
-            fail(PROG, f"pip could not install {what} (pip exit code {done.returncode}; its messages are above)")
+            why = f"pip exit code {done.returncode}; its messages are above"
+            if other := OTHER_PYTHON.search(done.stderr):  # its requires-python leaves this Python out
+                fail(PROG, f"pip could not install {what}: it asks for Python {other[2]} and this is {other[1]}; "
+                           f"if its code runs on {other[1]} (3.12 syntax does not), install it with "
+                           f"--ignore-requires-python ({why})")
+            fail(PROG, f"pip could not install {what} ({why})")
         return json.loads(report.read_text()).get("install", [])
 
 
@@ -86,27 +94,47 @@ def needs_classic_verifiers(requirement: str) -> bool:
         req.specifier.contains(v, prereleases=True) for v in ("0.4.0", "0.4.99", "0.5.0", "1.0.0", "9.0.0"))
 
 
-def classic_verifiers_requirement(args: list[str], what: str) -> tuple[str, list[str]] | None:
-    """(its requirement, its other requirements) when the package requires a verifiers older than 0.4 (the
-    classic API: verifiers 0.3 needs mcp < 2, vLLM mcp >= 2, so they cannot share this Python); vfrl runs
-    such packages with its own API (vfrl/verifiers_compat.py). None otherwise. pip resolves the package
-    alone, without installing it, to read its requirements."""
+def left_out(requirement: str) -> str | None:
+    """Why vf-install leaves this requirement of a package out, or None: a verifiers older than 0.4 (the classic
+    API: verifiers 0.3 needs mcp < 2, vLLM mcp >= 2, so they cannot share this Python; vfrl runs such packages
+    with its own API, vfrl/verifiers_compat.py), or a verifiers build named by URL (a git commit) where the
+    verifiers extra installed one (pip would replace it with that build, offline it fails to fetch it)."""
+    from packaging.requirements import Requirement
+
+    if needs_classic_verifiers(requirement):
+        return ("verifiers' classic API), which cannot share this Python with vLLM; vfrl runs classic packages with "
+                "its own API")
+    req = Requirement(requirement)
+    if req.name.lower() == "verifiers" and req.url:
+        try:
+            installed = metadata_version("verifiers")
+        except PackageNotFoundError:
+            return None
+        return (f"a verifiers build by URL), which would replace the verifiers {installed} installed with vfrl; "
+                f"vfrl runs verifiers 0.4 packages on that one")
+    return None
+
+
+def requirement_left_out(args: list[str], what: str) -> tuple[str, str, list[str]] | None:
+    """(the requirement, why it is left out, the package's other requirements) when the package has one that
+    vf-install leaves out (`left_out`); None otherwise. pip resolves the package alone, without installing it, to
+    read its requirements."""
     from packaging.requirements import Requirement
 
     items = pip(["--dry-run", "--no-deps", "--ignore-installed", *args], what)
     requested = [i for i in items if i.get("requested")] or items
     if not requested:
         return None
-    needed, verifiers = [], None
+    needed, dropped = [], None
     for line in requested[0]["metadata"].get("requires_dist") or []:
         req = Requirement(line)
         if req.marker is not None and not req.marker.evaluate({"extra": ""}):
             continue  # an optional extra's, or another platform's
-        if needs_classic_verifiers(line):
-            verifiers = line
+        if (why := left_out(line)) is not None:
+            dropped = line, why
         else:
             needed.append(line)
-    return (verifiers, needed) if verifiers else None
+    return (*dropped, needed) if dropped else None
 
 
 def provided_environments(dist_names: set[str]) -> list[str]:
@@ -128,20 +156,24 @@ def install(
         "--editable/--no-editable",
         help="Folders install editable (your edits apply without reinstalling).")] = True,
     no_deps: Annotated[bool, typer.Option("--no-deps", help="Do not install the package's dependencies.")] = False,
+    ignore_requires_python: Annotated[bool, typer.Option(
+        "--ignore-requires-python",
+        help="Install a package whose requires-python leaves this Python out (its code may still run).")] = False,
 ) -> None:
     """Install an environment into this Python (`python -m pip install`) and print the environment ids it provides."""
     if (name is None) == (path is None):
         fail(PROG, "give an environment NAME or --path PATH (one of them), e.g. `vf-install reverse-text`")
     args, source = pip_target(name, path, editable)
+    if ignore_requires_python:
+        args = ["--ignore-requires-python", *args]
     typer.echo(f"{PROG}: pip install {' '.join(args)}  (into {sys.prefix})")
     what = f"{name or path} from {source}"
-    classic = None if no_deps else classic_verifiers_requirement(args, what)
-    if classic is None:
+    dropped = None if no_deps else requirement_left_out(args, what)
+    if dropped is None:
         items = pip([*(["--no-deps"] if no_deps else []), *args], what)
-    else:  # the package without its verifiers requirement, then its other requirements
-        requirement, needed = classic
-        typer.echo(f"{PROG}: it requires {requirement} (verifiers' classic API), which cannot share this Python with "
-                   f"vLLM; vfrl runs classic packages with its own API, so that requirement is left out")
+    else:  # the package without that requirement, then its other requirements
+        requirement, why, needed = dropped
+        typer.echo(f"{PROG}: it requires {requirement} ({why}, so that requirement is left out")
         items = pip(["--no-deps", *args], what)
         items += [{**i, "requested": False} for i in (pip(needed, f"the requirements of {what}") if needed else [])]
     if not items:
