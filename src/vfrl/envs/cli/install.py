@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -190,7 +191,9 @@ def install(
     if envs:
         typer.echo(f"{PROG}: environments provided: {', '.join(envs)} (try `vf-eval {envs[0]}`)")
     else:
-        typer.echo(f"{PROG}: warning: no '{ENTRY_POINT_GROUP}' entry point found; load it by module name")
+        modules = [m for m in (module_name(n) for n, _ in requested) if importlib.util.find_spec(m) is not None]
+        typer.echo(f"{PROG}: no '{ENTRY_POINT_GROUP}' entry point (a verifiers 0.4 package has none); load it by "
+                   f"module name" + (f": [env] id = \"{modules[0]}\"" if modules else ""))
 
 
 def main() -> None:
