@@ -942,6 +942,19 @@ def test_a_taskset_without_end_evaluates_the_examples_asked_for():
     assert job.n == 7 and len(env.dataset) == 7 and env.tasks[6].data.answer == "gg"
 
 
+@needs_v1
+def test_vf_eval_reads_only_the_tasks_it_evaluates_of_a_finite_taskset_too(capsys):
+    """reasoning_gym_v1 builds its 1,000 tasks in 9 s; `vf-eval -n 5` evaluates the first 5."""
+    from v1_reverse import WORDS
+
+    from vfrl.envs.cli.eval import EvalJob, load_eval_environment
+
+    job = EvalJob("v1-reverse", {}, {"num_examples": 2}, {}, "k", None, None, True)
+    env = load_eval_environment(job)
+    assert len(WORDS) > 2 and job.n == 2 and len(env.dataset) == 2 and len(env.tasks) == 2
+    assert "without end" not in capsys.readouterr().err
+
+
 # --- opening env.serving() ---
 
 @needs_v1

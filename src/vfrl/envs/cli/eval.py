@@ -292,8 +292,8 @@ def load_eval_environment(job: EvalJob):
         env = load_configured_environment(job.env_id, job.env_args, job.renderer, job.workers)
     except EnvironmentLoadError as e:  # one line: the package and the error (args refused, a raise, not an env)
         fail(PROG, str(e))
-    if job.opts["num_examples"] > 0 and hasattr(env, "limit_tasks"):  # a verifiers taskset without end
-        env.limit_tasks(job.opts["num_examples"])
+    if job.opts["num_examples"] > 0 and hasattr(env, "limit_tasks"):  # a verifiers taskset: read the first n only
+        env.limit_tasks(job.opts["num_examples"], bounded_too=True)
     try:
         data = env.eval_dataset if env.eval_dataset is not None else env.dataset
     except DatasetBuildError as e:  # one line: the builder and its error (its data behind a network it cannot reach)
