@@ -12,6 +12,8 @@ import sys
 import tomllib
 import uuid
 
+from pathlib import Path
+
 import pytest
 from conftest import BIN, free_port
 from fake_openai import FakeOpenAI
@@ -105,6 +107,10 @@ def test_install_sources(tmp_path, monkeypatch):
     assert pip_target("https://github.com/org/env.git", None, True)[0] == ["git+https://github.com/org/env.git"]
     assert pip_target("git+https://example.org/env@v1", None, True)[0] == ["git+https://example.org/env@v1"]
     assert pip_target("some-env", None, True) == (["some-env"], "the package index")
+    # a folder named alone, not installed editable: pip would look `local_env` up on the package index
+    monkeypatch.chdir(tmp_path / "environments")
+    assert pip_target(None, Path("local_env"), editable=False)[0] == ["./local_env"]
+    assert pip_target("local_env", None, editable=False)[0] == ["./local_env"]
 
 
 def test_install_user_errors_are_one_line(tmp_path):
@@ -177,6 +183,24 @@ def test_which_requirements_vf_install_leaves_out(requirement, dropped):
 
     why = left_out(requirement)
     assert (why.split(")")[0] if why else None) == dropped
+
+
+def test_install_names_a_module_it_installed_over_another_distributions(tmp_path, monkeypatch):
+    """A wheel that ships a vendored library (reasoning_gym_v1's reasoning_gym) replaces the files of the
+    distribution that installed it: said in a line. Two distributions sharing a namespace package do not."""
+    from vfrl.envs.cli.install import shared_modules
+
+    def dist(name: str, files: list[str]) -> None:
+        info = tmp_path / f"{name.replace('-', '_')}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        (info / "RECORD").write_text("".join(f"{f},,\n" for f in files))
+
+    dist("vendored-lib-x", ["vendored_lib_x/__init__.py", "vendored_lib_x/core.py", "nsp_x/a.py"])
+    dist("env-with-copy-x", ["vendored_lib_x/__init__.py", "env_with_copy_x.py", "nsp_x/b.py"])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert shared_modules({"env_with_copy_x"}) == {"vendored_lib_x": ["vendored-lib-x"]}
+    assert shared_modules({"vendored-lib-x", "env-with-copy-x"}) == {}  # installed together: nobody else's files
 
 
 @pytest.mark.e2e

@@ -28,6 +28,11 @@ def is_package_dir(path: Path) -> bool:
     return path.is_dir() and ((path / "pyproject.toml").is_file() or (path / "setup.py").is_file())
 
 
+def as_folder(path: Path) -> str:
+    """`path` as pip reads a folder: `my-env` alone would be a name to look up on the package index."""
+    return str(path) if "/" in str(path) else f"./{path}"
+
+
 def pip_target(name: str | None, path: Path | None, editable: bool) -> tuple[list[str], str]:
     """(pip install arguments, where it comes from) for a folder, a wheel, a git URL or an index name."""
     local = ["-e"] if editable else []
@@ -35,7 +40,7 @@ def pip_target(name: str | None, path: Path | None, editable: bool) -> tuple[lis
     if path is not None:
         if not is_package_dir(path):
             fail(PROG, f"{path} is not a package folder (no pyproject.toml or setup.py there)")
-        return [*local, str(path)], f"folder {path}{how}"
+        return [*local, as_folder(path)], f"folder {path}{how}"
     assert name is not None
     if name.endswith(".whl"):
         if not Path(name).is_file():
@@ -46,7 +51,7 @@ def pip_target(name: str | None, path: Path | None, editable: bool) -> tuple[lis
         return [url], f"git {url}"
     for folder in (Path("environments") / module_name(name), Path(name)):
         if is_package_dir(folder):
-            return [*local, str(folder)], f"folder {folder}{how}"
+            return [*local, as_folder(folder)], f"folder {folder}{how}"
     return [name], "the package index"
 
 
@@ -146,6 +151,25 @@ def provided_environments(dist_names: set[str]) -> list[str]:
     )
 
 
+def shared_modules(dist_names: set[str]) -> dict[str, list[str]]:
+    """The top-level modules the distributions `dist_names` installed that another installed distribution ships
+    too, with those others: a vendored copy of a library (carbonteq-ai's reasoning_gym_v1 ships reasoning_gym)
+    installed from a wheel replaces that library's files. Namespace packages, which distributions share by
+    design, are not counted; an editable install's modules stay in its folder (the loader puts them first)."""
+    from importlib.metadata import distributions
+
+    def regular_tops(dist) -> set[str]:
+        return {f.parts[0] if f.name == "__init__.py" else f.stem for f in dist.files or ()
+                if (len(f.parts) == 2 and f.name == "__init__.py") or (len(f.parts) == 1 and f.suffix == ".py")}
+
+    norm = {re.sub(r"[-_.]+", "-", n).lower() for n in dist_names}
+    tops_of = {dist.metadata["Name"]: regular_tops(dist) for dist in distributions()}
+    mine = {n: tops for n, tops in tops_of.items() if re.sub(r"[-_.]+", "-", n).lower() in norm}
+    return {top: sorted(n for n, tops in tops_of.items() if top in tops and n not in mine)
+            for top in sorted(set().union(*mine.values()))
+            if any(top in tops for n, tops in tops_of.items() if n not in mine)}
+
+
 @app.command()
 def install(
     name: Annotated[Optional[str], typer.Argument(
@@ -187,6 +211,9 @@ def install(
         typer.echo(f"{PROG}: installed {dist} {version} from {source}")
     if deps:
         typer.echo(f"{PROG}: with dependencies: {', '.join(f'{n} {v}' for n, v in deps)}")
+    for top, others in shared_modules({n for n, _ in requested}).items():
+        typer.echo(f"{PROG}: warning: it ships {top}, which {', '.join(others)} installed too: that one's files are "
+                   f"now this package's copy (what imports {top} gets it)")
     envs = provided_environments({n for n, _ in requested + deps})
     if envs:
         typer.echo(f"{PROG}: environments provided: {', '.join(envs)} (try `vf-eval {envs[0]}`)")
