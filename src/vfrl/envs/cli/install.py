@@ -100,31 +100,33 @@ def needs_classic_verifiers(requirement: str) -> bool:
         req.specifier.contains(v, prereleases=True) for v in ("0.4.0", "0.4.99", "0.5.0", "1.0.0", "9.0.0"))
 
 
-def left_out(requirement: str) -> str | None:
-    """Why vf-install leaves this requirement of a package out, or None: a verifiers older than 0.4 (the classic
-    API: verifiers 0.3 needs mcp < 2, vLLM mcp >= 2, so they cannot share this Python; vfrl runs such packages
-    with its own API, vfrl/verifiers_compat.py), or a verifiers build named by URL (a git commit) where the
-    verifiers extra installed one (pip would replace it with that build, offline it fails to fetch it)."""
+def left_out(requirement: str) -> tuple[str, str] | None:
+    """(what the requirement asks for, why vf-install leaves it out) for a requirement of a package it leaves out,
+    or None: a verifiers older than 0.4 (the classic API: verifiers 0.3 needs mcp < 2, vLLM mcp >= 2, so they
+    cannot share this Python; vfrl runs such packages with its own API, vfrl/verifiers_compat.py), or a verifiers
+    build named by URL (a git commit) where the verifiers extra installed one (pip would replace it with that
+    build, offline it fails to fetch it)."""
     from packaging.requirements import Requirement
 
     if needs_classic_verifiers(requirement):
-        return ("verifiers' classic API), which cannot share this Python with vLLM; vfrl runs classic packages with "
-                "its own API")
+        return ("verifiers' classic API",
+                "which cannot share this Python with vLLM; vfrl runs classic packages with its own API")
     req = Requirement(requirement)
     if req.name.lower() == "verifiers" and req.url:
         try:
             installed = metadata_version("verifiers")
         except PackageNotFoundError:
             return None
-        return (f"a verifiers build by URL), which would replace the verifiers {installed} installed with vfrl; "
-                f"vfrl runs verifiers 0.4 packages on that one")
+        return ("a verifiers build by URL",
+                f"which would replace the verifiers {installed} installed with vfrl; vfrl runs verifiers 0.4 packages "
+                f"on that one")
     return None
 
 
-def requirement_left_out(args: list[str], what: str) -> tuple[str, str, list[str]] | None:
-    """(the requirement, why it is left out, the package's other requirements) when the package has one that
-    vf-install leaves out (`left_out`); None otherwise. pip resolves the package alone, without installing it, to
-    read its requirements."""
+def requirement_left_out(args: list[str], what: str) -> tuple[str, tuple[str, str], list[str]] | None:
+    """(the requirement, what it asks for and why it is left out, the package's other requirements) when the
+    package has one that vf-install leaves out (`left_out`); None otherwise. pip resolves the package alone,
+    without installing it, to read its requirements."""
     from packaging.requirements import Requirement
 
     items = pip(["--dry-run", "--no-deps", "--ignore-installed", *args], what)
@@ -197,8 +199,8 @@ def install(
     if dropped is None:
         items = pip([*(["--no-deps"] if no_deps else []), *args], what)
     else:  # the package without that requirement, then its other requirements
-        requirement, why, needed = dropped
-        typer.echo(f"{PROG}: it requires {requirement} ({why}, so that requirement is left out")
+        requirement, (asks, why), needed = dropped
+        typer.echo(f"{PROG}: it requires {requirement} ({asks}), {why}, so that requirement is left out")
         items = pip(["--no-deps", *args], what)
         items += [{**i, "requested": False} for i in (pip(needed, f"the requirements of {what}") if needed else [])]
     if not items:
