@@ -145,11 +145,16 @@ def requirement_left_out(args: list[str], what: str) -> tuple[str, tuple[str, st
     return (*dropped, needed) if dropped else None
 
 
+def normalized(dist_name: str) -> str:
+    """A distribution's name as the packaging spec compares them: `Reasoning_Gym.v1` -> `reasoning-gym-v1`."""
+    return re.sub(r"[-_.]+", "-", dist_name).lower()
+
+
 def provided_environments(dist_names: set[str]) -> list[str]:
-    norm = {re.sub(r"[-_.]+", "-", n).lower() for n in dist_names}
+    norm = {normalized(n) for n in dist_names}
     return sorted(
         ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)
-        if ep.dist is not None and re.sub(r"[-_.]+", "-", ep.dist.name).lower() in norm
+        if ep.dist is not None and normalized(ep.dist.name) in norm
     )
 
 
@@ -164,12 +169,12 @@ def shared_modules(dist_names: set[str]) -> dict[str, list[str]]:
         return {f.parts[0] if f.name == "__init__.py" else f.stem for f in dist.files or ()
                 if (len(f.parts) == 2 and f.name == "__init__.py") or (len(f.parts) == 1 and f.suffix == ".py")}
 
-    norm = {re.sub(r"[-_.]+", "-", n).lower() for n in dist_names}
+    norm = {normalized(n) for n in dist_names}
     tops_of = {dist.metadata["Name"]: regular_tops(dist) for dist in distributions()}
-    mine = {n: tops for n, tops in tops_of.items() if re.sub(r"[-_.]+", "-", n).lower() in norm}
-    return {top: sorted(n for n, tops in tops_of.items() if top in tops and n not in mine)
-            for top in sorted(set().union(*mine.values()))
-            if any(top in tops for n, tops in tops_of.items() if n not in mine)}
+    mine = set().union(*(tops for n, tops in tops_of.items() if normalized(n) in norm))
+    others = {n: tops for n, tops in tops_of.items() if normalized(n) not in norm}
+    shared = {top: sorted(n for n, tops in others.items() if top in tops) for top in sorted(mine)}
+    return {top: names for top, names in shared.items() if names}
 
 
 @app.command()
