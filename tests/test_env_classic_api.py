@@ -211,7 +211,7 @@ def test_a_classic_package_loads_unchanged_and_leaves_verifiers_alone(tmp_path, 
 
 
 @pytest.mark.parametrize("line, asked", [
-    ("from verifiers.envs.experimental.gym_env import GymEnv", "imports verifiers.envs.experimental"),
+    ("from verifiers.envs.experimental.gym_env import GymEnv", "imports verifiers.envs.experimental.gym_env"),
     ("from verifiers.types import TrajectoryStep", "imports TrajectoryStep from verifiers.types"),
     ("GymEnv = vf.GymEnv", "uses verifiers.GymEnv"),
 ])

@@ -147,12 +147,11 @@ def test_cleanup_runs_when_a_rollout_ends_however_it_ends_before_scoring():
     assert seen[2:] == [("first", 1), ("second", True)]
 
 
-def test_the_keywords_of_verifiers_later_environments_are_taken_and_score_rollouts_false_is_refused():
+def test_the_keywords_of_verifiers_later_environments_are_taken_and_others_kept_as_attributes():
     env = vf.SingleTurnEnv(dataset=ROWS, max_workers=8, env_args={"k": 1}, map_kwargs={"num_proc": 2},
-                           max_seq_len=512, pass_threshold=0.8, tool_defs=None)
+                           max_seq_len=512, pass_threshold=0.8, tool_defs=None, max_concurrent=10)
     assert (env.max_workers, env.env_args, env.max_seq_len, env.pass_threshold) == (8, {"k": 1}, 512, 0.8)
-    with pytest.raises(ValueError, match="score_rollouts=False leaves every rollout without a reward"):
-        vf.SingleTurnEnv(dataset=ROWS, score_rollouts=False)
+    assert env.max_concurrent == 10  # verifiers sets the keywords it does not know as attributes (unscramble)
 
 
 def package(folder, files: dict[str, str]) -> None:

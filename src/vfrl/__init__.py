@@ -9,7 +9,8 @@ if TYPE_CHECKING:
     from vfrl.config import RLConfig, load_config
     from vfrl.envs import (
         EnvGroup, Environment, JudgeRubric, MathRubric, MultiTurnEnv, Parser, Rollout, Rubric, RubricGroup,
-        SingleTurnEnv, StatefulToolEnv, ThinkParser, ToolEnv, XMLParser, extract_boxed_answer, load_environment,
+        MaybeThinkParser, SingleTurnEnv, StatefulToolEnv, ThinkParser, ToolEnv, XMLParser, extract_boxed_answer,
+        load_environment,
     )
 
 __version__ = "0.1.0"
@@ -17,20 +18,26 @@ __version__ = "0.1.0"
 ENVIRONMENT_NAMES = [
     "Environment", "Rollout", "SingleTurnEnv", "MultiTurnEnv", "ToolEnv", "StatefulToolEnv", "EnvGroup",
     "Rubric", "RubricGroup", "JudgeRubric", "MathRubric", "extract_boxed_answer",
-    "Parser", "XMLParser", "ThinkParser", "load_environment",
+    "Parser", "XMLParser", "ThinkParser", "MaybeThinkParser", "load_environment",
     # verifiers' classic API names, so that a package ports by `import vfrl as vf` (docs/environments.md)
-    "stop", "cleanup", "Tool", "State", "Messages", "Message", "SystemMessage", "UserMessage", "AssistantMessage",
-    "ToolMessage", "ToolCall", "DatasetBuildError", "load_example_dataset", "extract_hash_answer",
+    "stop", "cleanup", "teardown", "Tool", "State", "Messages", "Message", "SystemMessage", "UserMessage",
+    "AssistantMessage", "ToolMessage", "ToolCall", "DatasetBuildError", "load_example_dataset", "extract_hash_answer",
     "BOXED_SYSTEM_PROMPT", "THINK_BOXED_SYSTEM_PROMPT", "ReasoningGymEnv", "TextArenaEnv", "PythonEnv", "SandboxEnv",
     "BrowserEnv",
 ]
+# verifiers' errors (`vf.SandboxError`, ...) and the types it exports at the top (`vf.Info`, `vf.ClientConfig`)
+ERROR_NAMES = ["Error", "ModelError", "InvalidModelResponseError", "EmptyModelResponseError", "OverlongPromptError",
+               "ToolError", "ToolParseError", "ToolCallError", "InfraError", "TunnelError", "SandboxError",
+               "BrowserSandboxError"]
+TYPE_NAMES = ["Info", "SamplingArgs", "ClientConfig"]
 __all__ = [
-    "RLConfig", "load_config", *ENVIRONMENT_NAMES,
+    "RLConfig", "load_config", *ENVIRONMENT_NAMES, *ERROR_NAMES, *TYPE_NAMES,
     # training from a script, with the names of verifiers' GRPOTrainer guide (docs/python_api.md)
     "GRPOTrainer", "grpo_defaults", "lora_defaults", "get_model_and_tokenizer",
 ]
 _HOME = {"RLConfig": "vfrl.config", "load_config": "vfrl.config", "GRPOTrainer": "vfrl.grpo",
-         "grpo_defaults": "vfrl.grpo", "lora_defaults": "vfrl.grpo", "get_model_and_tokenizer": "vfrl.grpo"}
+         "grpo_defaults": "vfrl.grpo", "lora_defaults": "vfrl.grpo", "get_model_and_tokenizer": "vfrl.grpo",
+         **dict.fromkeys(ERROR_NAMES, "vfrl.errors"), **dict.fromkeys(TYPE_NAMES, "vfrl.types")}
 # verifiers' module paths, reachable as attributes too (`vf.utils.data_utils.load_example_dataset`)
 _SUBMODULES = ("types", "utils", "rubrics", "envs")
 

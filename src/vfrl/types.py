@@ -2,6 +2,8 @@
 
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from vfrl.envs.messages import (  # noqa: F401
     AssistantMessage, Message, Messages, State, SystemMessage, ToolCall, ToolMessage, UserMessage,
 )
@@ -9,3 +11,20 @@ from vfrl.envs.tool_defs import Tool  # noqa: F401
 
 Info = dict[str, Any]
 SamplingArgs = dict[str, Any]
+
+
+class ClientConfig(BaseModel):
+    """verifiers' settings of an OpenAI-compatible client a package makes itself (a judge's): the variable its key
+    is in, its base URL, timeouts, limits and headers (`vfrl.utils.client_utils.setup_openai_client`). verifiers'
+    renderer and endpoint settings are kept, not used: vfrl's own model client is set in the config."""
+
+    model_config = ConfigDict(extra="allow")
+
+    api_key_var: str = "PRIME_API_KEY"
+    api_base_url: str = "https://api.pinference.ai/api/v1"
+    timeout: float = 3600.0
+    connect_timeout: float = 5.0
+    max_connections: int = 28000
+    max_keepalive_connections: int = 28000
+    max_retries: int = 10
+    extra_headers: dict[str, str] = Field(default_factory=dict)

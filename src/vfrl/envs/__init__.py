@@ -11,7 +11,7 @@ from vfrl.envs.classic import (
     extract_hash_answer, load_example_dataset,
 )
 from vfrl.envs.env_group import EnvGroup
-from vfrl.envs.environment import DatasetBuildError, Environment, Rollout
+from vfrl.envs.environment import DatasetBuildError, Environment, Rollout, teardown
 from vfrl.envs.judge_rubric import JudgeRubric
 from vfrl.envs.loader import load_environment
 from vfrl.envs.math_rubric import MathRubric, extract_boxed_answer
@@ -19,7 +19,7 @@ from vfrl.envs.messages import (
     AssistantMessage, Message, Messages, State, SystemMessage, ToolCall, ToolMessage, UserMessage,
 )
 from vfrl.envs.multiturn import MultiTurnEnv, SingleTurnEnv, cleanup, stop
-from vfrl.envs.parsers import Parser, ThinkParser, XMLParser
+from vfrl.envs.parsers import MaybeThinkParser, Parser, ThinkParser, XMLParser
 from vfrl.envs.rubric import Rubric, RubricGroup
 from vfrl.envs.textarena_env import TextArenaEnv
 from vfrl.envs.tool_defs import Tool

@@ -33,6 +33,11 @@ class EnvGroup(Environment):
     def format_dataset(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return rows  # each env formatted its own rows (prompts built with its own system prompt)
 
+    async def aclose(self) -> None:
+        for env in self.envs:
+            await env.aclose()
+        await super().aclose()
+
     def env_for(self, task: str) -> Environment:
         if task not in self.env_map:
             raise KeyError(f"no environment for task {task!r} in this EnvGroup (tasks: {', '.join(self.env_map)})")

@@ -21,6 +21,8 @@ without it, and fails when (and only if) that split is read.
 from __future__ import annotations
 
 import asyncio
+import inspect
+import logging
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +37,8 @@ from vfrl.envs.parsers import Parser
 from vfrl.envs.rubric import Rubric
 from vfrl.envs.slow_notice import said_if_slow
 from vfrl.envs.tool_defs import Tool
+
+log = logging.getLogger(__name__)
 
 Messages = list[dict[str, Any]]
 
@@ -125,6 +129,25 @@ def completion_prompt(prompt: Messages | str) -> str:
     return "\n\n".join(content_text(message_field(m, "content")) for m in prompt)
 
 
+def marked(env: Any, attr: str) -> list:
+    """`env`'s methods marked with `attr` (looked up on the class: getattr on the instance would build lazy
+    datasets, properties), highest `<attr>_priority` first, then by name."""
+    names = [n for n in dir(type(env)) if getattr(getattr(type(env), n, None), attr, None) is True]
+    return sorted((getattr(env, n) for n in names), key=lambda m: (-getattr(m, f"{attr}_priority", 0), m.__name__))
+
+
+def teardown(func=None, priority: int = 0):
+    """Marks a method (sync or async, no arguments) to run once when the environment is closed at the end of a
+    run (vf-train, vf-eval: `Environment.aclose`), as verifiers' `@vf.teardown` does: a cache or a client the
+    environment holds for all its rollouts. Higher `priority` runs first."""
+
+    def mark(f):
+        f.teardown, f.teardown_priority = True, priority
+        return f
+
+    return mark if func is None else mark(func)
+
+
 class Environment:
     """Base class. Subclasses implement `rollout`; scoring goes through the rubric."""
 
@@ -141,13 +164,12 @@ class Environment:
         message_type: str = "chat",
         tool_defs: list[Any] | None = None,
         # verifiers' later classic releases take these too: kept, as there, but vfrl's run settings govern
-        # (its concurrency, dataset formatting, sequence length); pass_threshold is kept for the package to read
+        # (its concurrency, dataset formatting, sequence length); pass_threshold is kept for the package to read;
+        # score_rollouts=False leaves rollouts unscored (vf-eval generates completions; training refuses it)
         max_workers: int = 512, env_args: dict | None = None, map_kwargs: dict | None = None,
         max_seq_len: int | None = None, score_rollouts: bool = True, pass_threshold: float = 0.5,
+        **kwargs: Any,
     ):
-        if not score_rollouts:
-            raise ValueError(f"{env_id or type(self).__name__}: score_rollouts=False leaves every rollout without "
-                             "a reward, and training needs one")
         self.max_workers, self.env_args, self.map_kwargs = max_workers, dict(env_args or {}), dict(map_kwargs or {})
         self.max_seq_len, self.score_rollouts, self.pass_threshold = max_seq_len, score_rollouts, pass_threshold
         # the tools a rollout offers the model, unless its row's info or its setup_state names others (multiturn.py)
@@ -165,6 +187,8 @@ class Environment:
         self.sampling_args = dict(sampling_args or {})
         self._splits: dict[str, Any] = {"dataset": dataset, "eval_dataset": eval_dataset}
         self._built: dict[str, list[dict[str, Any]] | None] = {}
+        for key, value in kwargs.items():  # as verifiers keeps its other keywords (`max_concurrent`, ...)
+            setattr(self, key, value)
         if not callable(dataset) and not callable(eval_dataset):
             if not self.dataset and not self.eval_dataset:
                 raise ValueError(f"{self.env_id}: give a dataset or an eval_dataset (both are empty)")
@@ -249,7 +273,22 @@ class Environment:
         server returns none; False (text mode) sends plain chat requests and keeps only the messages."""
         raise NotImplementedError
 
+    async def aclose(self) -> None:
+        """Run the `@teardown` methods, once; one that raises is logged and the others still run."""
+        if getattr(self, "_teardown_done", False):
+            return
+        self._teardown_done = True
+        for handler in marked(self, "teardown"):
+            try:
+                result = handler()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as e:
+                log.warning("%s: its teardown %s raised %s: %s", self.env_id, handler.__name__, type(e).__name__, e)
+
     async def score(self, rollout: Rollout, state: dict[str, Any] | None = None) -> Rollout:
+        if not self.score_rollouts:
+            return rollout
         state = state if state is not None else {"truncated": rollout.truncated}
         # the row's other columns too, by name, as verifiers passes them
         extra = {k: v for k, v in (state.get("input") or {}).items() if k not in ROW_FIELDS}

@@ -66,6 +66,17 @@ def read_as_vfrl_if_classic(module: str) -> bool:
     return True
 
 
+# verifiers' classic modules whose classes run their episodes in a hosted service, and the service
+HOSTED = {f"vfrl.envs.experimental.{m}": "Prime Intellect's remote sandboxes"
+          for m in ("rlm_env", "sandbox_mixin", "opencode_env", "opencode_qa_env", "opencode_rlm_env",
+                    "cli_agent_env", "harbor_env", "composable")}
+
+
+def hosted_service(module: str) -> str | None:
+    """The service a classic verifiers module needs that vfrl does not run (its remote sandboxes), if it is one."""
+    return next((service for path, service in HOSTED.items() if module == path or module.startswith(f"{path}.")), None)
+
+
 def classic_gap(env_id: str, e: BaseException) -> EnvironmentLoadError | None:
     """A classic verifiers package asking for a module path or a name vfrl does not have (its imports read as
     vfrl's): `from verifiers.x import`, `from verifiers.types import X`, `vf.X`."""
@@ -81,6 +92,10 @@ def classic_gap(env_id: str, e: BaseException) -> EnvironmentLoadError | None:
     else:
         return None
     at = where(e, outside_vfrl=True)
+    if service := hosted_service(name):
+        return EnvironmentLoadError(
+            f"environment '{env_id}' {what}, whose environments run in {service}, a service vfrl does not run"
+            f"{f' (at {at})' if at else ''}")
     return EnvironmentLoadError(
         f"environment '{env_id}' is written for verifiers' classic API, which vfrl runs with its own classes, and it "
         f"{what}, which vfrl does not have{f' (at {at})' if at else ''}; "
@@ -212,4 +227,14 @@ def load_configured_environment(env_id: str, env_args: dict, renderer: str | dic
         env.use_renderer(renderer)
     except V1EnvironmentError as e:
         raise EnvironmentLoadError(str(e)) from None
+    return env
+
+
+def trainable(env: Environment) -> Environment:
+    """`env`, when it gives rewards to train on: one that leaves its rollouts unscored (verifiers'
+    `score_rollouts=False`, for generating completions with vf-eval) is refused in one line."""
+    if not getattr(env, "score_rollouts", True):
+        raise EnvironmentLoadError(f"environment '{env.env_id}' does not score its rollouts (it sets "
+                                   "score_rollouts=False): there is no reward to train on; vf-eval runs it to "
+                                   "generate completions")
     return env

@@ -121,15 +121,17 @@ def answers_equal(given: str, expected: str, rel_tol: float = 1e-6) -> bool:
 
 
 class MathRubric(Rubric):
-    """Reward 1.0 when the last `\\boxed{}` of the reply equals the answer (exactly, numerically or
-    symbolically), else 0.0. With a `parser`, its `parse_answer(completion)` picks the answer instead."""
+    """Reward 1.0 when the last `\\boxed{}` of the reply (after its `</think>`, if any) equals the answer
+    (exactly, numerically or symbolically), else 0.0. With a `parser`, its `parse_answer(completion)` picks the
+    answer instead."""
 
     def __init__(self, funcs: list | None = None, weights: list[float] | None = None, parser=None):
-        from vfrl.envs.parsers import Parser
+        from vfrl.envs.parsers import MaybeThinkParser
 
-        # the default reads the last box, as verifiers' does; an env built with `parser=rubric.parser`
-        # (verifiers' gsm8k) then parses answers the same way
-        super().__init__(funcs, weights, parser=parser if parser is not None else Parser(_boxed_or_empty))
+        # the default reads the last box after any reasoning, as verifiers' does; an env built with
+        # `parser=rubric.parser` (verifiers' gsm8k) then parses answers the same way
+        super().__init__(funcs, weights,
+                         parser=parser if parser is not None else MaybeThinkParser(_boxed_or_empty))
         self.add_reward_func(self.correct_answer_reward_func)
 
     @staticmethod

@@ -24,13 +24,14 @@ import inspect
 import logging
 from typing import Any
 
-from vfrl.envs.environment import Environment, Messages, Rollout
+from vfrl.envs.environment import Environment, Messages, Rollout, marked
 from vfrl.envs.faults import is_rejected_request, request_error_text
 from vfrl.envs.group_request import group_member
 from vfrl.envs.messages import Message, messages as as_messages
 from vfrl.envs.rubric import call_with_named_args
 from vfrl.envs.sampling import CompletionSampler, SequenceError, TurnSampler
 from vfrl.envs.tool_defs import Tool
+from vfrl.errors import Error
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +60,6 @@ def cleanup(func=None, priority: int = 0):
         return f
 
     return mark if func is None else mark(func)
-
-
-def marked(env: Any, attr: str) -> list:
-    """`env`'s methods marked with `attr` (looked up on the class: getattr on the instance would build lazy
-    datasets, properties), highest `<attr>_priority` first, then by name."""
-    names = [n for n in dir(type(env)) if getattr(getattr(type(env), n, None), attr, None) is True]
-    return sorted((getattr(env, n) for n in names), key=lambda m: (-getattr(m, f"{attr}_priority", 0), m.__name__))
 
 
 def extend(conversation: Messages | str, new: Messages | str) -> Messages | str:
@@ -173,7 +167,13 @@ class MultiTurnEnv(Environment):
                 break
             if state["turn"] >= self.max_turns > 0 or await self.finished(messages, state):
                 break
-            new = await maybe_await(self.env_response(messages, state))
+            try:
+                new = await maybe_await(self.env_response(messages, state))
+            except Error as e:  # verifiers' way to end a rollout, not the run (errors.py): its turns are kept
+                log.warning("rollout of example %s ended at turn %d: %s: %s", example_id, state["turn"],
+                            type(e).__name__, e)
+                error, state["error"] = f"{type(e).__name__}: {e}", e
+                break
             if isinstance(new, tuple):  # verifiers' older (messages, state) return form
                 new, state = new
             final = state.get("final_env_response")

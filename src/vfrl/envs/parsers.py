@@ -1,8 +1,9 @@
 """Parsers: read the answer (and check the format) of a model reply, as in verifiers.
 
 `Parser` passes text through `extract_fn`; `XMLParser(["think", "answer"])` reads `<tag>...</tag>`
-fields; `ThinkParser` keeps what follows the last `</think>`. Each gives `parse_answer(completion)`
-for reward functions and `get_format_reward_func()` for a format reward.
+fields; `ThinkParser` keeps what follows the last `</think>` (nothing when a reply has none), `MaybeThinkParser`
+the same or the whole reply. Each gives `parse_answer(completion)` for reward functions and
+`get_format_reward_func()` for a format reward.
 """
 
 from __future__ import annotations
@@ -121,12 +122,11 @@ class XMLParser(Parser):
 
 
 class ThinkParser(Parser):
-    """For models that reason in `<think>...</think>`: parses the text after the last `</think>`."""
+    """For models that reason in `<think>...</think>`: parses the text after the last `</think>`, and "" when the
+    reply has no `</think>` (a reply that skipped its reasoning has no answer, as in verifiers)."""
 
     def parse(self, text: str) -> Any:
-        if "</think>" in text:
-            text = text.rsplit("</think>", 1)[1]
-        return self.extract_fn(text.strip())
+        return self.extract_fn(text.rsplit("</think>", 1)[1].strip() if "</think>" in text else "")
 
     def get_format_reward_func(self) -> Callable[..., float]:
         """1.0 per assistant message of the form `<think>...</think>answer` (one think block, an answer)."""
@@ -143,3 +143,11 @@ class ThinkParser(Parser):
             return sum(ok) / len(ok)
 
         return format_reward_func
+
+
+class MaybeThinkParser(Parser):
+    """For models that may or may not reason in `<think>...</think>` (or whose template strips it): parses the text
+    after the last `</think>`, or the whole reply when it has none."""
+
+    def parse(self, text: str) -> Any:
+        return self.extract_fn(text.rsplit("</think>", 1)[-1].strip())

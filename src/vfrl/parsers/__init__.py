@@ -1,3 +1,3 @@
 """verifiers' `verifiers.parsers` module paths, for packages that import from there."""
 
-from vfrl.envs.parsers import Parser, ThinkParser, XMLParser  # noqa: F401
+from vfrl.envs.parsers import MaybeThinkParser, Parser, ThinkParser, XMLParser  # noqa: F401

@@ -28,7 +28,7 @@ from collections import deque
 from pathlib import Path
 
 from vfrl.config import RLConfig
-from vfrl.envs.loader import load_configured_environment
+from vfrl.envs.loader import load_configured_environment, trainable
 from vfrl.run_dir import RunDir, set_aside_after
 from vfrl.trainer.checkpoint import TrainingState, latest_checkpoint, save_checkpoint, step_of
 from vfrl.trainer.console import TrainerConsole
@@ -58,8 +58,8 @@ class RLTrainer:
         self.paths = paths = RunDir(run_dir)
         self.learner = Learner(config)
         self.ranks = self.learner.ranks
-        self.env = env if env is not None else load_configured_environment(config.env.id, config.env.args,
-                                                                           config.env.renderer, config.env.workers)
+        self.env = trainable(env if env is not None else load_configured_environment(
+            config.env.id, config.env.args, config.env.renderer, config.env.workers))
         if hasattr(self.env, "limit_tasks"):  # a verifiers taskset without end: read only the rows this run can use
             a = self.args
             self.env.limit_tasks(a.max_steps * (a.batch_size // a.rollouts_per_example) + a.num_eval_examples)

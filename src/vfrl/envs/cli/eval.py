@@ -73,23 +73,27 @@ def output_dir(env_id: str, model: str) -> Path:
     return path
 
 
-def rollout_record(rollout: Any) -> dict[str, Any]:
-    return dataclasses.asdict(rollout) if dataclasses.is_dataclass(rollout) else dict(vars(rollout))
+def rollout_record(rollout: Any, scored: bool = True) -> dict[str, Any]:
+    """A rollout as a line of results.jsonl; an unscored one (score_rollouts=False) has reward null."""
+    record = dataclasses.asdict(rollout) if dataclasses.is_dataclass(rollout) else dict(vars(rollout))
+    return record if scored else {**record, "reward": None}
 
 
-def summarize(rollouts: list[Any]) -> dict[str, Any]:
+def summarize(rollouts: list[Any], scored: bool = True) -> dict[str, Any]:
+    """Reward, metrics and pass@k over the rollouts (None and empty when the environment does not score them),
+    truncation and length."""
     rewards = [float(r.reward) for r in rollouts]
     names = sorted({name for r in rollouts for name in r.metrics})
     return {
         "reward": {"mean": statistics.fmean(rewards), "std": statistics.pstdev(rewards),
-                   "min": min(rewards), "max": max(rewards)},
+                   "min": min(rewards), "max": max(rewards)} if scored else None,
         # a metric missing from a rollout (e.g. reward_errors) counts as 0 there
         "metrics": {name: statistics.fmean(float(r.metrics.get(name, 0.0)) for r in rollouts) for name in names},
         "truncated": statistics.fmean(1.0 if getattr(r, "truncated", False) else 0.0 for r in rollouts),
         # unknown in text mode (no token ids recorded)
         "completion_tokens": statistics.fmean(len(r.completion_ids) for r in rollouts)
         if all(getattr(r, "completion_ids", None) for r in rollouts) else None,
-        "at_k": at_k(rollouts),  # avg@k and pass@k with -r k > 1
+        "at_k": at_k(rollouts) if scored else {},  # avg@k and pass@k with -r k > 1
     }
 
 
@@ -143,7 +147,8 @@ async def run_eval(env, client, model: str, num_examples: int, rollouts_per_exam
             for next_group in asyncio.as_completed(tasks):
                 group = await next_group
                 for r in group:
-                    f.write(json.dumps(rollout_record(r), default=json_default) + "\n")
+                    f.write(json.dumps(rollout_record(r, getattr(env, "score_rollouts", True)),
+                                       default=json_default) + "\n")
                 f.flush()
                 rollouts += group
                 on_group(rollouts_per_example)  # dropped rollouts are done too
@@ -163,7 +168,10 @@ def print_summary(summary: dict[str, Any], n_rollouts: int) -> None:
     table.add_column("")
     table.add_column("mean", justify="right")
     table.add_column("std", justify="right")
-    table.add_row("reward", f"{summary['reward']['mean']:.4f}", f"{summary['reward']['std']:.4f}")
+    if summary["reward"] is None:
+        table.add_row("reward", "not scored", "")
+    else:
+        table.add_row("reward", f"{summary['reward']['mean']:.4f}", f"{summary['reward']['std']:.4f}")
     for name, mean in summary["metrics"].items():
         table.add_row(name, f"{mean:.4f}", "")
     for name, value in summary["at_k"].items():
@@ -334,10 +342,12 @@ async def run_job(job: EvalJob, env) -> None:
         if hasattr(env, "aclose"):  # a verifiers 0.4 environment's serving resources (verifiers_v1.py)
             await env.aclose()
         await client.close()
-    summary = summarize(rollouts)
+    summary = summarize(rollouts, scored=getattr(env, "score_rollouts", True))
     write_metadata(out / "metadata.json", job, model, rollouts, faults, record_tokens, summary, time.time() - t0)
     print_summary(summary, len(rollouts))
-    typer.echo(f"{PROG}: reward mean {summary['reward']['mean']:.4f}; wrote {out}/results.jsonl and metadata.json")
+    said = (f"reward mean {summary['reward']['mean']:.4f}" if summary["reward"] is not None
+            else f"{len(rollouts)} rollouts, not scored (the environment sets score_rollouts=False)")
+    typer.echo(f"{PROG}: {said}; wrote {out}/results.jsonl and metadata.json")
 
 
 async def pick_model(client, model: str | None, base_url: str) -> str:

@@ -1,0 +1,1 @@
+from vfrl.envs.parsers import MaybeThinkParser  # noqa: F401

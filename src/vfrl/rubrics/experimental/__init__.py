@@ -1,0 +1,1 @@
+"""verifiers' `verifiers.rubrics.experimental` module paths, for packages that import from there."""

@@ -1,0 +1,282 @@
+"""What verifiers' last classic releases (0.1.9 - 0.1.14) added, in the shapes Prime Intellect's research
+environments (github.com/PrimeIntellect-ai/research-environments, 59 classic packages, docs/environments.md) use
+it: `MaybeThinkParser`, an environment's unknown keywords kept (`max_concurrent`), `HybridMathRubric`,
+`ClientConfig` and `setup_openai_client` for a judge, `vf.Error`s that end a rollout, `@vf.teardown`,
+`score_rollouts=False` for generating completions, and the sandbox-run classes refused naming the service. Each
+package is written here and loaded unchanged (`import verifiers as vf`), against a fake vLLM (tests/fake_openai.py).
+"""
+
+import asyncio
+import json
+import logging
+import textwrap
+
+import openai
+import pytest
+from fake_openai import FakeOpenAI
+from typer.testing import CliRunner
+
+import vfrl as vf
+from vfrl.envs.cli.eval import app as eval_app
+from vfrl.envs.loader import EnvironmentLoadError, trainable
+
+SAMPLING = {"temperature": 1.0, "max_tokens": 200}
+
+
+def package(folder, name: str, text: str) -> None:
+    (folder / f"{name}.py").write_text(textwrap.dedent(text))
+
+
+@pytest.fixture
+def src(tmp_path, monkeypatch):
+    folder = tmp_path / "src"
+    folder.mkdir()
+    monkeypatch.syspath_prepend(str(folder))
+    return folder
+
+
+def scored(env, replies: list[str], n: int | None = None):
+    """`n` scored rollouts of the first row (one per reply unless given), the model answering with `replies`."""
+    client = FakeOpenAI(replies)
+
+    async def go():
+        return await env.run_group(client, "m", 0, n or len(replies), dict(SAMPLING), asyncio.Semaphore(8),
+                                   eval=env.eval_dataset is not None)
+
+    return asyncio.run(go())
+
+
+BOXED_MATH = """
+    import verifiers as vf
+    from verifiers.utils.data_utils import extract_boxed_answer
+
+    def load_environment(**kwargs) -> vf.Environment:
+        def build_eval_dataset():
+            return [{"question": "What is 2+2?" + "\\nPut your final answer within \\\\boxed{}.", "answer": "4"}]
+
+        parser = vf.MaybeThinkParser(extract_boxed_answer)
+        return vf.SingleTurnEnv(eval_dataset=build_eval_dataset, parser=parser, rubric=vf.MathRubric(parser=parser),
+                                max_concurrent=10, **kwargs)
+"""
+
+
+def test_maybe_think_parser_reads_after_the_reasoning_or_the_whole_reply_and_think_parser_needs_it(src):
+    package(src, "boxed_math", BOXED_MATH)
+    env = vf.load_environment("boxed_math")
+    assert env.max_concurrent == 10
+    replies = ["<think>2 and 2</think> so \\boxed{4}", "\\boxed{4}", "<think>maybe \\boxed{4}</think> it is 5",
+               "<think>never closed \\boxed{4}"]
+    assert [r.reward for r in scored(env, replies)] == [1.0, 1.0, 0.0, 1.0]
+    # verifiers' ThinkParser gives nothing to parse when the reply has no `</think>`: its reasoning was skipped
+    think = vf.ThinkParser(vf.extract_boxed_answer)
+    assert [think.parse_answer([{"role": "assistant", "content": c}]) for c in replies] == ["4", "", "it is 5", ""]
+    # MathRubric's own default reads after the reasoning too, as verifiers' does
+    default = vf.MathRubric()
+    completion = [{"role": "assistant", "content": "<think>\\boxed{3}</think>\\boxed{4}"}]
+    assert asyncio.run(default.score(prompt=[], completion=completion, answer="4", state={}))[0] == 1.0
+
+
+class Judge:
+    """A judge client: answers every request with `verdict`, keeping the prompts."""
+
+    def __init__(self, verdict: str):
+        self.verdict, self.prompts = verdict, []
+        self.chat = self
+        self.completions = self
+
+    async def create(self, model, messages, **kwargs):
+        self.prompts.append(messages[-1]["content"])
+        message = type("M", (), {"content": self.verdict})
+        return type("R", (), {"choices": [type("C", (), {"message": message})]})
+
+
+HYBRID = """
+    import verifiers as vf
+    from verifiers.rubrics.experimental.hybrid_math_rubric import HybridMathRubric
+    from verifiers.utils.data_utils import extract_boxed_answer
+
+    def load_environment(judge_client=None):
+        rubric = HybridMathRubric(parser=vf.MaybeThinkParser(extract_boxed_answer),
+                                  use_judge_fallback=judge_client is not None, judge_client=judge_client)
+        return vf.SingleTurnEnv(dataset=[{"question": "Half of 1?", "answer": "0.5"}], rubric=rubric)
+"""
+
+
+def test_hybrid_math_rubric_asks_its_judge_only_for_what_the_math_check_rejects(src):
+    package(src, "hybrid_math", HYBRID)
+    judge = Judge("The candidate's answer equals the reference.\n\\boxed{A} - CORRECT")
+    env = vf.load_environment("hybrid_math", judge_client=judge)
+    right, judged = scored(env, ["\\boxed{1/2}", "\\boxed{one half}"])
+    assert (right.reward, right.metrics["math_verify_score"], right.metrics["judge_score"]) == (1.0, 1.0, 1.0)
+    assert (judged.reward, judged.metrics["math_verify_score"], judged.metrics["judge_score"]) == (1.0, 0.0, 1.0)
+    assert len(judge.prompts) == 1 and "one half" in judge.prompts[0] and "0.5" in judge.prompts[0]
+
+    no, = scored(vf.load_environment("hybrid_math", judge_client=Judge("\\boxed{B}")), ["\\boxed{one half}"])
+    assert no.reward == 0.0
+    alone, = scored(vf.load_environment("hybrid_math"), ["\\boxed{one half}"])  # no judge: the math check decides
+    assert (alone.reward, alone.metrics["judge_score"]) == (0.0, 0.0)
+
+
+SANDBOXED_TOOL = """
+    import verifiers as vf
+    from verifiers.utils.error_utils import ErrorChain
+
+    CLOSED = []
+
+    class Shell(vf.MultiTurnEnv):
+        @vf.teardown
+        async def close_pool(self):
+            CLOSED.append("pool")
+
+        @vf.teardown(priority=5)
+        def close_cache(self):
+            CLOSED.append("cache")
+            raise OSError("cache already gone")
+
+        def env_response(self, messages, state):
+            try:
+                try:
+                    raise TimeoutError("the command ran 30 s")
+                except TimeoutError as e:
+                    raise vf.SandboxError("the sandbox stopped answering") from e
+            except vf.Error as e:
+                state["chain"] = str(ErrorChain(e))
+                if TimeoutError in ErrorChain(e) and state["turn"] > 1:
+                    raise
+            return [{"role": "user", "content": "go on"}]
+
+    def load_environment():
+        info: vf.Info = {}
+        return Shell(dataset=[{"question": "ls", "info": info}], max_turns=5,
+                     rubric=vf.Rubric(funcs=[lambda state: float(state.get("error") is None)]))
+"""
+
+
+def test_a_vf_error_ends_its_rollout_with_the_turns_kept_and_teardown_runs_once_at_close(src, caplog):
+    package(src, "sandboxed_tool", SANDBOXED_TOOL)
+    env = vf.load_environment("sandboxed_tool")
+    import sandboxed_tool
+
+    with caplog.at_level(logging.WARNING):
+        r, = scored(env, ["ls", "ls -a"], n=1)
+        asyncio.run(env.aclose())
+        asyncio.run(env.aclose())
+    assert [m["content"] for m in r.completion if m["role"] == "assistant"] == ["ls", "ls -a"]
+    assert r.error == "SandboxError: the sandbox stopped answering" and r.reward == 0.0
+    # both handlers ran once, the higher priority first, and the one that raised was logged
+    assert sandboxed_tool.CLOSED == ["cache", "pool"]
+    assert "its teardown close_cache raised OSError: cache already gone" in caplog.text
+
+    group = vf.EnvGroup(envs=[vf.load_environment("sandboxed_tool")], env_names=["shell"])
+    sandboxed_tool.CLOSED.clear()
+    asyncio.run(group.aclose())
+    assert sandboxed_tool.CLOSED == ["cache", "pool"]
+
+
+JUDGED = """
+    import verifiers as vf
+    from verifiers.types import ClientConfig
+    from verifiers.utils.client_utils import setup_openai_client
+
+    def load_environment(judge_base_url="http://judge.test/v1", key_var="PRIME_API_KEY"):
+        client = setup_openai_client(ClientConfig(api_key_var=key_var, api_base_url=judge_base_url, timeout=30,
+                                                  renderer="auto"))
+        return vf.SingleTurnEnv(dataset=[{"question": "q", "answer": "a"}],
+                                rubric=vf.JudgeRubric(judge_client=client, judge_model="judge"))
+"""
+
+
+def test_a_judge_client_from_client_config_takes_its_key_from_the_variable_or_the_prime_login(
+        src, tmp_path, monkeypatch):
+    package(src, "judged", JUDGED)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("PRIME_API_KEY", raising=False)
+    monkeypatch.delenv("PRIME_TEAM_ID", raising=False)
+    (tmp_path / ".prime").mkdir()
+    (tmp_path / ".prime" / "config.json").write_text(json.dumps({"api_key": "from-login", "team_id": "t1"}))
+    client = vf.load_environment("judged").rubric.judge_client
+    assert (client.api_key, str(client.base_url), client.max_retries) == ("from-login", "http://judge.test/v1/", 10)
+    assert client._client.headers["X-Prime-Team-ID"] == "t1" and client._client.timeout.read == 30
+    monkeypatch.setenv("MY_JUDGE_KEY", "from-env")
+    client = vf.load_environment("judged", key_var="MY_JUDGE_KEY").rubric.judge_client
+    assert client.api_key == "from-env" and "X-Prime-Team-ID" not in client._client.headers
+
+
+PASSTHROUGH = """
+    import verifiers as vf
+
+    def load_environment(**kwargs):
+        return vf.SingleTurnEnv(dataset=lambda: [{"question": "Say hi."}, {"question": "Say bye."}],
+                                score_rollouts=False, **kwargs)
+"""
+
+
+def test_an_unscored_environment_generates_completions_with_vf_eval_and_training_refuses_it(
+        src, tmp_path, monkeypatch):
+    package(src, "passthrough_gen", PASSTHROUGH)
+    env = vf.load_environment("passthrough_gen")
+    with pytest.raises(EnvironmentLoadError) as e:
+        trainable(env)
+    assert str(e.value) == ("environment 'passthrough_gen' does not score its rollouts (it sets score_rollouts=False):"
+                            " there is no reward to train on; vf-eval runs it to generate completions")
+
+    client = FakeOpenAI(["hi"] * 5)  # vf-eval probes the server with one request first
+    monkeypatch.setattr(openai, "AsyncOpenAI", lambda **kwargs: client)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(eval_app, ["passthrough_gen", "-n", "2", "-r", "2", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "4 rollouts, not scored (the environment sets score_rollouts=False)" in result.output
+    lines = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert len(lines) == 4 and all(x["reward"] is None and x["completion"][-1]["content"] == "hi" for x in lines)
+    metadata = json.loads((out / "metadata.json").read_text())
+    assert metadata["reward"] is None and metadata["at_k"] == {}
+
+
+@pytest.mark.parametrize("line, module", [
+    ("from verifiers.envs.experimental.rlm_env import RLMEnv", "rlm_env"),
+    ("from verifiers.envs.experimental.composable.harnesses.opencode import opencode_harness", "composable"),
+    ("from verifiers.envs.experimental.sandbox_mixin import SandboxMixin", "sandbox_mixin"),
+])
+def test_a_package_built_on_verifiers_sandboxes_is_refused_naming_the_service(src, line, module):
+    package(src, "sandbox_pkg", f"""
+        import verifiers as vf
+        {line}
+
+        def load_environment():
+            return None
+    """)
+    with pytest.raises(EnvironmentLoadError) as e:
+        vf.load_environment("sandbox_pkg")
+    assert str(e.value) == (f"environment 'sandbox_pkg' imports verifiers.envs.experimental.{module}, whose "
+                            "environments run in Prime Intellect's remote sandboxes, a service vfrl does not run "
+                            "(at sandbox_pkg.py:3)")
+
+
+def test_the_example_datasets_verifiers_knows_read_their_hub_rows_into_question_and_answer():
+    """gpqa's `load_example_dataset("gpqa_diamond")` stopped at an unknown name; each of verifiers' names now reads
+    rows of its hub dataset's shape (the hub is not reached here: the rows are written as it serves them)."""
+    from vfrl.envs.classic import EXAMPLE_DATASETS
+
+    assert set(EXAMPLE_DATASETS) >= {"aime2024", "aime2025", "amc2023", "gpqa_diamond", "gpqa_main", "gsm8k", "math",
+                                     "math500", "mmlu", "mmlu_pro", "openbookqa", "openrs", "openrs_easy",
+                                     "openrs_hard", "prime_code"}
+
+    def row(name, x):
+        path, configs, split, to_row, keep = EXAMPLE_DATASETS[name]
+        return to_row(x) if keep is None or keep(x) else None
+
+    gpqa = {"Question": "Which is right?", "Correct Answer": "this", "Incorrect Answer 1": "a",
+            "Incorrect Answer 2": "b", "Incorrect Answer 3": "c"}
+    first = row("gpqa_diamond", gpqa)
+    assert first == row("gpqa_main", gpqa)  # the same order every time
+    assert f"{first['answer']}: this" in first["question"].splitlines()
+    assert row("aime2024", {"problem": "p", "answer": 204.0}) == {"question": "p", "answer": "204"}
+    assert row("aime2025", {"question": "q", "answer": "$70$"}) == {"question": "q", "answer": "70"}
+    assert row("mmlu", {"question": "2+2?", "choices": ["3", "4"], "answer": 1}) == {
+        "question": "Question: 2+2?\n\nA: 3\nB: 4", "answer": "B"}
+    assert row("openbookqa", {"question_stem": "Sky?", "choices": {"label": ["A", "B"], "text": ["blue", "red"]},
+                              "answerKey": "A"})["question"] == "Question: Sky?\n\nChoices:\nA. blue\nB. red"
+    assert row("openrs_easy", {"problem": "p", "answer": "1", "level": "Hard"}) is None
+    assert row("prime_code", {"prompt": "Solve the following coding problem using the programming language "
+                                        "python: x", "verification_info": "{}"})["answer"] == "{}"
+    assert row("gsm8k", {"question": "q", "answer": "so #### 42"}) == {"question": "q", "answer": "42"}
