@@ -292,6 +292,45 @@ def test_install_a_classic_package_leaves_its_old_verifiers_requirement_out(tmp_
         subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", name], capture_output=True)
 
 
+def test_install_a_classic_package_adds_what_verifiers_classic_releases_installed_with_themselves(
+        tmp_path, monkeypatch):
+    """A classic package imports `datasets` (most do) without asking for it: verifiers' classic releases installed
+    it. vf-install, whose vfrl stands in for them, installs what the package imports from that list and this Python
+    lacks, and says so in one line; what is installed is left alone. Here the list's entry is a made-up module whose
+    distribution is a local folder (no index needed); in use it is `datasets` from the index."""
+    from vfrl import verifiers_compat
+
+    tag = uuid.uuid4().hex[:8]
+    name, dep = f"classic-imports-{tag}", f"classic_dep_{tag}"
+    module = name.replace("-", "_")
+    for folder, dist, text, deps in ((tmp_path / dep, dep.replace("_", "-"), "VALUE = 1\n", "[]"),
+                                     (tmp_path / name, name, f"import verifiers as vf\nimport rich\nfrom {dep} import "
+                                      "VALUE\n\ndef load_environment():\n    return vf.SingleTurnEnv(dataset=["
+                                      "{'question': 'q', 'answer': str(VALUE)}], rubric=vf.Rubric(funcs=[]))\n",
+                                      '["verifiers>=0.1.10"]')):
+        folder.mkdir()
+        top = folder.name.replace("-", "_")
+        (folder / "pyproject.toml").write_text(
+            '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n\n'
+            f'[project]\nname = "{dist}"\nversion = "0.1.0"\ndependencies = {deps}\n\n'
+            f'[tool.setuptools]\npy-modules = ["{top}"]\n')
+        (folder / f"{top}.py").write_text(text)
+    monkeypatch.setitem(verifiers_compat.CLASSIC_DEPENDENCIES, dep, str(tmp_path / dep))
+    try:
+        done = run_cli("vf-install", "-p", str(tmp_path / name))
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert (f"vf-install: {module} imports {dep}, which verifiers' classic releases installed with themselves and "
+                f"this Python lacks: installing {tmp_path / dep}") in done.stdout
+        assert f"vf-install: installed {dep.replace('_', '-')} 0.1.0" in done.stdout
+        assert f'load it by module name: [env] id = "{module}"' in done.stdout  # found in this process
+        loaded = subprocess.run([sys.executable, "-c", f"import vfrl; print(vfrl.load_environment('{module}')"
+                                 ".dataset[0]['answer'])"], capture_output=True, text=True, cwd=tmp_path)
+        assert loaded.stdout.strip() == "1", loaded.stderr[-2000:]
+    finally:
+        subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", name, dep.replace("_", "-")],
+                       capture_output=True)
+
+
 # ---- vf-eval pieces ----
 
 def test_eval_defaults_from_the_package_pyproject(tmp_path, monkeypatch):

@@ -85,6 +85,32 @@ def verifiers_api(module: str) -> str | None:
     return None
 
 
+# what verifiers' classic releases installed with themselves that their packages import without asking for it
+# (module -> distribution): vfrl stands in for those releases, so vf-install adds what is missing. Left out:
+# prime-sandboxes and prime-tunnel, the hosted sandboxes vfrl does not run (loader.HOSTED).
+CLASSIC_DEPENDENCIES = {"datasets": "datasets", "math_verify": "math-verify", "anthropic": "anthropic",
+                        "nest_asyncio": "nest-asyncio", "wget": "wget", "agents": "openai-agents",
+                        "textual": "textual", "gepa": "gepa", "zmq": "pyzmq", "msgpack": "msgpack",
+                        "aiolimiter": "aiolimiter", "setproctitle": "setproctitle", "regex": "regex",
+                        "tenacity": "tenacity", "requests": "requests", "rich": "rich", "jinja2": "jinja2",
+                        "numpy": "numpy", "httpx": "httpx", "pydantic": "pydantic", "openai": "openai"}
+TOP_IMPORT = re.compile(r"^\s*(?:import|from)\s+(\w+)", re.MULTILINE)
+
+
+def classic_dependencies_missing(module: str) -> dict[str, str]:
+    """{module: distribution} of what a classic package's modules (it and the ones it ships beside it) import from
+    verifiers' classic dependencies and this Python lacks."""
+    imported = set()
+    for name in [module, *companions(module)]:
+        for path in module_sources(name):
+            try:
+                imported |= set(TOP_IMPORT.findall(path.read_text(errors="replace")))
+            except OSError:
+                continue
+    return {m: CLASSIC_DEPENDENCIES[m] for m in sorted(imported & CLASSIC_DEPENDENCIES.keys())
+            if importlib.util.find_spec(m) is None}
+
+
 def as_vfrl(source: str) -> str:
     for pattern, replacement in TO_VFRL:
         source = pattern.sub(replacement, source)

@@ -221,13 +221,41 @@ def install(
     for top, others in shared_modules({n for n, _ in requested}).items():
         typer.echo(f"{PROG}: warning: it ships {top}, which {', '.join(others)} installed too: that one's files are "
                    f"now this package's copy (what imports {top} gets it)")
+    read_new_path_files()
+    modules = [m for m in (module_name(n) for n, _ in requested) if importlib.util.find_spec(m) is not None]
+    if not no_deps:
+        for module in modules:
+            add_classic_dependencies(module)
     envs = provided_environments({n for n, _ in requested + deps})
     if envs:
         typer.echo(f"{PROG}: environments provided: {', '.join(envs)} (try `vf-eval {envs[0]}`)")
     else:
-        modules = [m for m in (module_name(n) for n, _ in requested) if importlib.util.find_spec(m) is not None]
-        typer.echo(f"{PROG}: no '{ENTRY_POINT_GROUP}' entry point (a verifiers 0.4 package has none); load it by "
+        typer.echo(f"{PROG}: no '{ENTRY_POINT_GROUP}' entry point (verifiers' packages have none); load it by "
                    f"module name" + (f": [env] id = \"{modules[0]}\"" if modules else ""))
+
+
+def read_new_path_files() -> None:
+    """The .pth files pip has just written (an editable install's folder, its import hook), read into this
+    process as Python reads them at start-up, so that what was installed can be found here."""
+    import site
+
+    for folder in site.getsitepackages():
+        site.addsitedir(folder)
+    importlib.invalidate_caches()
+
+
+def add_classic_dependencies(module: str) -> None:
+    """Install what a classic verifiers package imports from verifiers' own dependencies and this Python lacks
+    (`datasets`, most often): those releases installed it with themselves, and vfrl stands in for them."""
+    from vfrl.verifiers_compat import classic_dependencies_missing, verifiers_api
+
+    if verifiers_api(module) != "classic" or not (missing := classic_dependencies_missing(module)):
+        return
+    wanted = sorted(set(missing.values()))
+    typer.echo(f"{PROG}: {module} imports {', '.join(missing)}, which verifiers' classic releases installed with "
+               f"themselves and this Python lacks: installing {', '.join(wanted)}")
+    installed = [(i["metadata"]["name"], i["metadata"]["version"]) for i in pip(wanted, f"what {module} imports")]
+    typer.echo(f"{PROG}: installed {', '.join(f'{n} {v}' for n, v in installed) or 'nothing new'}")
 
 
 def main() -> None:
