@@ -323,6 +323,8 @@ def test_vf_rl_trains_an_unchanged_classic_tool_package_two_steps(tmp_path, tool
     assert taught in sampled, (taught, sampled)
     assert called >= 2  # the model calls the tool in most of its 4 rollouts
     assert_served_is_trained(steps)
+    if package == "classic_calc_late":  # its @vf.teardown ran once, when vf-train closed the environment
+        assert (run_dir / "logs" / "trainer.log").read_text().count("classic_calc_late: teardown ran") == 1
 
 
 # ---- sampled from a pushed adapter on a real server: the trainer's logprobs are vLLM's ----
