@@ -195,6 +195,16 @@ def is_v1(folder: Path) -> bool:
     return any(IMPORTS_V1.search(p.read_text(errors="replace")) for p in folder.rglob("*.py"))
 
 
+def as_site_packages(folder: Path, parent: Path) -> Path:
+    """`folder` reached through a path named site-packages (a link to it): dill, which `datasets` hashes its tables
+    and functions with, pickles a module found anywhere else by value, and pyarrow's by value fails
+    (`PicklingError: Can't pickle <class 'MonthDayNano'>`); installed in a venv, the same packages work."""
+    link = parent / "site-packages"
+    parent.mkdir(parents=True)
+    link.symlink_to(folder.resolve(), target_is_directory=True)
+    return link
+
+
 def check(pkg: Path, work: Path, pythonpath: list[str], deps: list[str], timeout: float, unchanged: bool) -> dict:
     name = module_of(pkg)
     port(pkg, work / pkg.name, unchanged)
@@ -220,6 +230,10 @@ def verdict(result: dict) -> str:
     """One word for the table: loaded and scored as verifiers, wrong, a classic name vfrl lacks, needs the network or
     a key, unsupported service, missing dependency, error."""
     if result["load"] != "ok":
+        from vfrl.envs.loader import hosted_service
+
+        if hosted_service(str(result.get("missing_module"))):
+            return "unsupported"  # a verifiers module that runs in a service vfrl does not run, refused in one line
         if re.search(r"vfrl does not have|No module named 'vfrl\.|from 'vfrl\.|module 'vfrl' has no attribute",
                      result.get("error", "")):
             return "vfrl-lacks"  # a classic module path or name vfrl does not provide
@@ -253,9 +267,9 @@ def main() -> int:
     pythonpath = [str(args.vfrl_src)] if args.vfrl_src else []
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
+        deps = [str(as_site_packages(d, Path(tmp) / f"deps{i}")) for i, d in enumerate(args.deps)]
         for pkg in packages:
-            results[pkg.name] = r = check(pkg, Path(tmp), pythonpath, [str(d) for d in args.deps], args.timeout,
-                                          args.unchanged)
+            results[pkg.name] = r = check(pkg, Path(tmp), pythonpath, deps, args.timeout, args.unchanged)
             r["verdict"] = verdict(r)
             detail = r.get("error") or "; ".join(
                 f"{s['got']} (verifiers {s['expected']}){' ' + s['why'] if s['why'] else ''}"
