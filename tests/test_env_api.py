@@ -37,8 +37,9 @@ def test_question_rows_get_system_prompt_and_few_shot():
 def test_chat_prompt_rows_are_kept_and_eval_dataset_is_separate():
     prompt = [{"role": "user", "content": "hi"}]
     env = vfrl.SingleTurnEnv(dataset=[{"prompt": prompt, "info": {"k": 1}, "task": "t", "example_id": 7}],
-                             eval_dataset=[{"question": "e"}], system_prompt="ignored for chat prompts")
-    assert env.dataset[0]["prompt"] == prompt and env.dataset[0]["info"] == {"k": 1}
+                             eval_dataset=[{"question": "e"}], system_prompt="first, as the prompt has none")
+    assert env.dataset[0]["prompt"] == [{"role": "system", "content": "first, as the prompt has none"}, *prompt]
+    assert env.dataset[0]["info"] == {"k": 1}
     assert env.dataset[0]["example_id"] == 7
     assert env.rows(eval=True)[0]["prompt"][-1]["content"] == "e"
 

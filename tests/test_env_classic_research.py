@@ -280,3 +280,30 @@ def test_the_example_datasets_verifiers_knows_read_their_hub_rows_into_question_
     assert row("prime_code", {"prompt": "Solve the following coding problem using the programming language "
                                         "python: x", "verification_info": "{}"})["answer"] == "{}"
     assert row("gsm8k", {"question": "q", "answer": "so #### 42"}) == {"question": "q", "answer": "42"}
+
+
+def test_a_rows_own_prompt_gets_the_system_prompt_first_unless_it_has_one():
+    """verifiers' later releases put `system_prompt` before a row's given prompt (color_codeword's rows start
+    empty: `prompt: []`, the system prompt and the first user turn come after); a prompt that opens with its own
+    system message keeps it alone."""
+    own = [{"role": "system", "content": "mine"}, {"role": "user", "content": "x"}]
+    env = vf.SingleTurnEnv(dataset=[{"prompt": [{"role": "user", "content": "hi"}]}, {"prompt": own}, {"prompt": []}],
+                           system_prompt="Be brief.")
+    assert [[m["content"] for m in row["prompt"]] for row in env.dataset] == [
+        ["Be brief.", "hi"], ["mine", "x"], ["Be brief."]]
+    assert vf.SingleTurnEnv(dataset=[{"prompt": [{"role": "user", "content": "hi"}]}]).dataset[0]["prompt"] == [
+        {"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize("hook", ["get_prompt_messages", "render_completion", "add_trajectory_step"])
+def test_a_conversation_rebuilt_turn_by_turn_is_refused_in_one_line_not_run_wrong(hook):
+    """color_codeword builds each turn's messages in `get_prompt_messages` (images shown turn by turn), scicode a
+    fresh prompt per step: vfrl's loop does not call those hooks, and running without them sent an empty
+    conversation (vLLM: 'Cannot apply chat template to an empty conversation')."""
+    Rebuilt = type("Rebuilt", (vf.MultiTurnEnv,), {hook: lambda self, state, *a: state["prompt"]})
+    with pytest.raises(NotImplementedError) as e:
+        Rebuilt(dataset=[{"prompt": []}], system_prompt="s")
+    assert str(e.value) == (
+        f"vfrl does not support Rebuilt.{hook}: vfrl builds each turn's conversation itself (the prompt, the "
+        "replies, env_response's messages), one sequence that grows and is trained; a conversation rebuilt turn by "
+        "turn is not run")

@@ -51,7 +51,7 @@ def test_the_prompt_is_the_text_column_or_the_chat_prompt_joined_by_blank_lines(
     shot = [{"role": "user", "content": "1+1"}, {"role": "assistant", "content": "2"}]
     env = vf.SingleTurnEnv(dataset=[{"question": "2+2"}, {"prompt": [{"role": "user", "content": "3+3"}]}],
                            system_prompt="Add.", few_shot=shot, message_type="completion")
-    assert [r["prompt"] for r in env.dataset] == ["Add.\n\n1+1\n\n2\n\n2+2", "3+3"]
+    assert [r["prompt"] for r in env.dataset] == ["Add.\n\n1+1\n\n2\n\n2+2", "Add.\n\n3+3"]
 
 
 def test_message_types_that_do_not_fit_are_one_line():

@@ -245,15 +245,18 @@ class Environment:
         return out
 
     def prompt_of(self, row: dict[str, Any]) -> Messages | str:
-        """The row's `prompt` as given, else `system_prompt`, the `few_shot` messages and `question` as a user
-        message; for message_type="completion", that as one text (`completion_prompt`)."""
+        """The row's `prompt` as given (after `system_prompt` when it has no system message of its own), else
+        `system_prompt`, the `few_shot` messages and `question` as a user message; for message_type="completion",
+        that as one text (`completion_prompt`)."""
         if isinstance(row.get("prompt"), str):
             if self.message_type != "completion":
                 raise ValueError(f"{self.env_id}: a row's prompt is text ({row['prompt'][:40]!r}), which a chat "
                                  "environment cannot send; give it message_type='completion', or chat messages")
             return row["prompt"]
-        if "prompt" in row:
+        if "prompt" in row:  # the system prompt first, unless it has its own (as verifiers' later releases do)
             messages = [dict(m) for m in row["prompt"]]
+            if self.system_prompt and not (messages and message_field(messages[0], "role") == "system"):
+                messages.insert(0, {"role": "system", "content": self.system_prompt})
         else:
             messages = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
             messages += [dict(m) for m in self.few_shot]
