@@ -296,14 +296,24 @@ def test_a_rows_own_prompt_gets_the_system_prompt_first_unless_it_has_one():
 
 
 @pytest.mark.parametrize("hook", ["get_prompt_messages", "render_completion", "add_trajectory_step"])
-def test_a_conversation_rebuilt_turn_by_turn_is_refused_in_one_line_not_run_wrong(hook):
+def test_a_conversation_rebuilt_turn_by_turn_is_refused_in_one_line_not_run_wrong(src, hook):
     """color_codeword builds each turn's messages in `get_prompt_messages` (images shown turn by turn), scicode a
     fresh prompt per step: vfrl's loop does not call those hooks, and running without them sent an empty
-    conversation (vLLM: 'Cannot apply chat template to an empty conversation')."""
-    Rebuilt = type("Rebuilt", (vf.MultiTurnEnv,), {hook: lambda self, state, *a: state["prompt"]})
-    with pytest.raises(NotImplementedError) as e:
-        Rebuilt(dataset=[{"prompt": []}], system_prompt="s")
+    conversation (vLLM: 'Cannot apply chat template to an empty conversation'). The line names the package's."""
+    package(src, f"rebuilt_{hook}", f"""
+        import verifiers as vf
+
+        class Rebuilt(vf.MultiTurnEnv):
+            async def {hook}(self, state, *args):
+                return state["prompt"]
+
+        def load_environment():
+            return Rebuilt(dataset=[{{"prompt": []}}], system_prompt="s")
+    """)
+    with pytest.raises(EnvironmentLoadError) as e:
+        vf.load_environment(f"rebuilt_{hook}")
     assert str(e.value) == (
-        f"vfrl does not support Rebuilt.{hook}: vfrl builds each turn's conversation itself (the prompt, the "
-        "replies, env_response's messages), one sequence that grows and is trained; a conversation rebuilt turn by "
-        "turn is not run")
+        f"environment 'rebuilt_{hook}' (module rebuilt_{hook}, verifiers' classic API): load_environment() raised "
+        f"NotImplementedError: vfrl does not support Rebuilt.{hook}: vfrl grows one conversation a turn (the prompt, "
+        "the replies, env_response's messages) and trains it as one sequence; a conversation rebuilt each turn is "
+        f"not run (at rebuilt_{hook}.py:9)")

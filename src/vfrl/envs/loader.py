@@ -54,7 +54,8 @@ def where(e: BaseException, outside_vfrl: bool = False) -> str:
 
 
 def failure(what: str, e: BaseException) -> EnvironmentLoadError:
-    at = where(e)
+    # a refusal of vfrl's (NotImplementedError: a class or hook it does not run) names the package's line
+    at = (isinstance(e, NotImplementedError) and where(e, outside_vfrl=True)) or where(e)
     return EnvironmentLoadError(one_line(f"{what} {type(e).__name__}: {e}" + (f" (at {at})" if at else ""), 400))
 
 

@@ -80,9 +80,9 @@ class MultiTurnEnv(Environment):
     def __init__(self, max_turns: int = 10, **kwargs):
         if hooks := [h for h in TRAJECTORY_HOOKS if hasattr(type(self), h)]:
             raise NotImplementedError(
-                f"vfrl does not support {type(self).__name__}.{hooks[0]}: vfrl builds each turn's conversation "
-                "itself (the prompt, the replies, env_response's messages), one sequence that grows and is trained; "
-                "a conversation rebuilt turn by turn is not run")
+                f"vfrl does not support {type(self).__name__}.{hooks[0]}: vfrl grows one conversation a turn (the "
+                "prompt, the replies, env_response's messages) and trains it as one sequence; a conversation rebuilt "
+                "each turn is not run")
         super().__init__(**kwargs)
         if max_turns == 0 or max_turns < -1:
             raise ValueError(f"max_turns must be at least 1 (or -1: no limit), got {max_turns}")
