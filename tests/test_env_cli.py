@@ -248,37 +248,52 @@ def test_install_a_package_for_a_newer_python_pinned_to_a_verifiers_commit(tmp_p
 
 
 @pytest.mark.e2e
-def test_install_a_classic_package_leaves_its_old_verifiers_requirement_out(tmp_path):
+def test_install_a_classic_package_leaves_its_old_verifiers_requirement_out_and_adds_what_that_brought(
+        tmp_path, monkeypatch):
     """A package written for verifiers 0.3 requires verifiers < 0.4, which would bring mcp < 2 and break vLLM:
     vf-install installs it and its other requirements, leaves that one out in one line, and changes neither
-    verifiers nor mcp; the package then loads unchanged (its imports read as vfrl's)."""
+    verifiers nor mcp; the package then loads unchanged (its imports read as vfrl's). It also imports what
+    verifiers' classic releases installed with themselves without asking for it (`datasets`, in most classic
+    packages): vf-install, whose vfrl stands in for those releases, installs that too, in one line; what is
+    installed (`rich`) is left alone. The list's entry here is a made-up module whose distribution is a local
+    folder (no index needed); in use it is `datasets` from the index."""
     import importlib.metadata
     from importlib.metadata import version
 
-    name = f"classic-env-{uuid.uuid4().hex[:8]}"
+    from vfrl import verifiers_compat
+
+    tag = uuid.uuid4().hex[:8]
+    name, dep = f"classic-env-{tag}", f"classic_dep_{tag}"
     module = name.replace("-", "_")
-    src = tmp_path / name
-    src.mkdir()
-    (src / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n\n'
-        f'[project]\nname = "{name}"\nversion = "0.3.0"\nrequires-python = ">=3.11"\n'
-        'dependencies = ["verifiers>=0.1.3,<0.4", "tomli-w", "wandb; sys_platform == \'win32\'"]\n\n'
-        f'[tool.setuptools]\npy-modules = ["{module}"]\n')
-    (src / f"{module}.py").write_text(
-        "import verifiers as vf\n\n"
-        "def load_environment():\n"
-        "    return vf.SingleTurnEnv(dataset=[{'question': 'q', 'answer': 'a'}], rubric=vf.Rubric(funcs=[]))\n")
+    imports = f"import rich\nfrom {dep} import VALUE\n"
+    for folder, dist, top, text, deps in (
+            (tmp_path / dep, dep.replace("_", "-"), dep, "VALUE = 'a'\n", "[]"),
+            (tmp_path / name, name, module,
+             f"import verifiers as vf\n{imports}\ndef load_environment():\n    return vf.SingleTurnEnv(dataset=["
+             "{'question': 'q', 'answer': VALUE}], rubric=vf.Rubric(funcs=[]))\n",
+             '["verifiers>=0.1.3,<0.4", "tomli-w", "wandb; sys_platform == \'win32\'"]')):
+        folder.mkdir()
+        (folder / "pyproject.toml").write_text(
+            '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n\n'
+            f'[project]\nname = "{dist}"\nversion = "0.3.0"\nrequires-python = ">=3.11"\ndependencies = {deps}\n\n'
+            f'[tool.setuptools]\npy-modules = ["{top}"]\n')
+        (folder / f"{top}.py").write_text(text)
+    monkeypatch.setitem(verifiers_compat.CLASSIC_DEPENDENCIES, dep, str(tmp_path / dep))
     before = {p: version(p) for p in ("mcp", "openai", "torch")}
     try:
         verifiers_before = version("verifiers")
     except Exception:
         verifiers_before = None
     try:
-        done = cli("vf-install", "-p", str(src), cwd=tmp_path)
+        done = run_cli("vf-install", "-p", str(tmp_path / name))
         assert done.returncode == 0, done.stdout + done.stderr
         assert ("it requires verifiers<0.4,>=0.1.3 (verifiers' classic API), which cannot share this Python with "
                 "vLLM; vfrl runs classic packages with its own API, so that requirement is left out") in done.stdout
         assert f"installed {name} 0.3.0" in done.stdout
+        assert (f"vf-install: {module} imports {dep}, which verifiers' classic releases installed with themselves and "
+                f"this Python lacks: installing {tmp_path / dep}") in done.stdout
+        assert f"vf-install: installed {dep.replace('_', '-')} 0.3.0" in done.stdout
+        assert f'load it by module name: [env] id = "{module}"' in done.stdout  # an editable install, found here
         assert {p: version(p) for p in before} == before
         try:
             assert version("verifiers") == verifiers_before
@@ -288,44 +303,6 @@ def test_install_a_classic_package_leaves_its_old_verifiers_requirement_out(tmp_
                                  "print(type(env).__name__, env.dataset[0]['answer'])"],
                                 capture_output=True, text=True, cwd=tmp_path)  # a fresh Python, as vf-train's
         assert loaded.stdout.split() == ["SingleTurnEnv", "a"], loaded.stderr[-2000:]
-    finally:
-        subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", name], capture_output=True)
-
-
-def test_install_a_classic_package_adds_what_verifiers_classic_releases_installed_with_themselves(
-        tmp_path, monkeypatch):
-    """A classic package imports `datasets` (most do) without asking for it: verifiers' classic releases installed
-    it. vf-install, whose vfrl stands in for them, installs what the package imports from that list and this Python
-    lacks, and says so in one line; what is installed is left alone. Here the list's entry is a made-up module whose
-    distribution is a local folder (no index needed); in use it is `datasets` from the index."""
-    from vfrl import verifiers_compat
-
-    tag = uuid.uuid4().hex[:8]
-    name, dep = f"classic-imports-{tag}", f"classic_dep_{tag}"
-    module = name.replace("-", "_")
-    for folder, dist, text, deps in ((tmp_path / dep, dep.replace("_", "-"), "VALUE = 1\n", "[]"),
-                                     (tmp_path / name, name, f"import verifiers as vf\nimport rich\nfrom {dep} import "
-                                      "VALUE\n\ndef load_environment():\n    return vf.SingleTurnEnv(dataset=["
-                                      "{'question': 'q', 'answer': str(VALUE)}], rubric=vf.Rubric(funcs=[]))\n",
-                                      '["verifiers>=0.1.10"]')):
-        folder.mkdir()
-        top = folder.name.replace("-", "_")
-        (folder / "pyproject.toml").write_text(
-            '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n\n'
-            f'[project]\nname = "{dist}"\nversion = "0.1.0"\ndependencies = {deps}\n\n'
-            f'[tool.setuptools]\npy-modules = ["{top}"]\n')
-        (folder / f"{top}.py").write_text(text)
-    monkeypatch.setitem(verifiers_compat.CLASSIC_DEPENDENCIES, dep, str(tmp_path / dep))
-    try:
-        done = run_cli("vf-install", "-p", str(tmp_path / name))
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert (f"vf-install: {module} imports {dep}, which verifiers' classic releases installed with themselves and "
-                f"this Python lacks: installing {tmp_path / dep}") in done.stdout
-        assert f"vf-install: installed {dep.replace('_', '-')} 0.1.0" in done.stdout
-        assert f'load it by module name: [env] id = "{module}"' in done.stdout  # found in this process
-        loaded = subprocess.run([sys.executable, "-c", f"import vfrl; print(vfrl.load_environment('{module}')"
-                                 ".dataset[0]['answer'])"], capture_output=True, text=True, cwd=tmp_path)
-        assert loaded.stdout.strip() == "1", loaded.stderr[-2000:]
     finally:
         subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", name, dep.replace("_", "-")],
                        capture_output=True)
