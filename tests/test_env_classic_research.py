@@ -317,3 +317,40 @@ def test_a_conversation_rebuilt_turn_by_turn_is_refused_in_one_line_not_run_wron
         f"NotImplementedError: vfrl does not support Rebuilt.{hook}: vfrl grows one conversation a turn (the prompt, "
         "the replies, env_response's messages) and trains it as one sequence; a conversation rebuilt each turn is "
         f"not run (at rebuilt_{hook}.py:9)")
+
+
+GUESSING = """
+    import verifiers as vf
+    from verifiers.envs.multiturn_env import MultiTurnEnv
+
+    class Guessing(MultiTurnEnv):
+        @vf.stop
+        async def check_done(self, state, **kwargs):
+            if state["trajectory"]:
+                guess = state["trajectory"][-1]["completion"][-1].content.strip()
+                state["solved"] = guess == state["answer"]
+                state["next"] = [vf.UserMessage(content="lower" if guess > state["answer"] else "higher")]
+            if state.get("solved"):
+                return True
+            return (await self.max_turns_reached(state) or await self.prompt_too_long(state)
+                    or await self.has_error(state) or await self.has_final_env_response(state))
+
+        async def env_response(self, messages, state, **kwargs):
+            return state["next"]
+
+    def load_environment():
+        return Guessing(dataset=[{"question": "Guess 1-9.", "answer": "4"}], max_turns=3,
+                        rubric=vf.Rubric(funcs=[lambda state: float(state.get("solved", False))]))
+"""
+
+
+def test_a_stop_condition_that_asks_verifiers_own_stop_conditions_runs_as_there(src):
+    """research/prime-environments' mastermind ends its game in its own `@vf.stop`, which asks verifiers'
+    built-in ones (`await self.max_turns_reached(state) or await self.prompt_too_long(state)`): vf-train stopped
+    at step 1 on the missing method. It now ends at max_turns, or when solved."""
+    package(src, "guessing_game", GUESSING)
+    env = vf.load_environment("guessing_game")
+    never, = scored(env, ["7", "6", "5", "never sent"], n=1)
+    assert [m["content"] for m in never.completion] == ["7", "lower", "6", "lower", "5"] and never.reward == 0.0
+    solved, = scored(env, ["2", "4"], n=1)
+    assert [m["content"] for m in solved.completion] == ["2", "higher", "4"] and solved.reward == 1.0

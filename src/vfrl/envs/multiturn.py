@@ -109,6 +109,20 @@ class MultiTurnEnv(Environment):
     def env_response(self, messages: Messages | str, state: dict[str, Any]) -> Messages | str:
         raise NotImplementedError(f"{type(self).__name__} must implement env_response(messages, state)")
 
+    # verifiers' own stop conditions, which packages call from theirs (`return await self.max_turns_reached(state)`);
+    # vfrl's loop checks the same itself (max_turns, a vf.Error, final_env_response, a turn that no longer fits)
+    async def max_turns_reached(self, state: dict[str, Any]) -> bool:
+        return len(state["trajectory"]) >= self.max_turns > 0
+
+    async def prompt_too_long(self, state: dict[str, Any]) -> bool:
+        return bool(state.get("prompt_too_long", False))
+
+    async def has_error(self, state: dict[str, Any], **kwargs) -> bool:
+        return state.get("error") is not None
+
+    async def has_final_env_response(self, state: dict[str, Any]) -> bool:
+        return state.get("final_env_response") is not None
+
     def tools_for_request(self, state: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The OpenAI `tools` of the rollout's next request: its `state["tool_defs"]`."""
         return [Tool.of(t).openai() for t in state.get("tool_defs") or []] or None
