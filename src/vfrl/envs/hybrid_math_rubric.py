@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from vfrl.envs.judge_rubric import JudgeRubric
-from vfrl.envs.math_rubric import _boxed_or_empty, answers_equal, extract_boxed_answer
+from vfrl.envs.math_rubric import MathRubric, _boxed_or_empty, extract_boxed_answer
 from vfrl.envs.parsers import MaybeThinkParser, Parser
 
 JUDGE_PROMPT = """You grade a candidate's final answer to a question against the reference answer, which is correct.
@@ -50,9 +50,7 @@ class HybridMathRubric(JudgeRubric):
         self.add_reward_func(self.correct_answer, weight=1)
 
     async def math_verify_score(self, completion: Any, answer: Any, state: dict[str, Any]) -> float:
-        given = self.parser.parse_answer(completion)
-        state["math_verify_score"] = score = float(
-            bool(given and str(given).strip()) and answers_equal(str(given), str(answer)))
+        state["math_verify_score"] = score = MathRubric.correct_answer_reward_func(completion, answer, self.parser)
         return score
 
     async def judge_score(self, prompt: Any, completion: Any, answer: Any, state: dict[str, Any]) -> float:
