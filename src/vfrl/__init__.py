@@ -5,6 +5,8 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING
 
+from vfrl.errors import __all__ as ERROR_NAMES  # a module of plain classes: importing it costs nothing
+
 if TYPE_CHECKING:
     from vfrl.config import RLConfig, load_config
     from vfrl.envs import (
@@ -25,10 +27,7 @@ ENVIRONMENT_NAMES = [
     "BOXED_SYSTEM_PROMPT", "THINK_BOXED_SYSTEM_PROMPT", "ReasoningGymEnv", "TextArenaEnv", "PythonEnv", "SandboxEnv",
     "BrowserEnv",
 ]
-# verifiers' errors (`vf.SandboxError`, ...) and the types it exports at the top (`vf.Info`, `vf.ClientConfig`)
-ERROR_NAMES = ["Error", "ModelError", "InvalidModelResponseError", "EmptyModelResponseError", "OverlongPromptError",
-               "ToolError", "ToolParseError", "ToolCallError", "InfraError", "TunnelError", "SandboxError",
-               "BrowserSandboxError"]
+# the types verifiers exports at the top (`vf.Info`, `vf.ClientConfig`); its errors (`vf.SandboxError`) are ERROR_NAMES
 TYPE_NAMES = ["Info", "SamplingArgs", "ClientConfig"]
 __all__ = [
     "RLConfig", "load_config", *ENVIRONMENT_NAMES, *ERROR_NAMES, *TYPE_NAMES,

@@ -241,9 +241,9 @@ class RLTrainer:
                 await watch
             loop.result()
         finally:
-            if (close := getattr(self.env, "aclose", None)) is not None:  # a verifiers 0.4 environment's serving
-                with contextlib.suppress(Exception):                    # resources (verifiers_v1.py), in this loop
-                    await close()
+            if (close := getattr(self.env, "aclose", None)) is not None:  # its @teardown methods, or a verifiers
+                with contextlib.suppress(Exception):                    # 0.4 environment's serving resources
+                    await close()                                       # (verifiers_v1.py), in this loop
 
     async def _train(self, pipe: Pipeline, start: int, pending: list[Batch]) -> None:
         """Train steps `start`.. (a resume's or a heal's: the steps done) on `pending` (batches sampled already)

@@ -339,7 +339,7 @@ async def run_job(job: EvalJob, env) -> None:
             raise
         fail(PROG, line)
     finally:
-        if hasattr(env, "aclose"):  # a verifiers 0.4 environment's serving resources (verifiers_v1.py)
+        if hasattr(env, "aclose"):  # its @teardown methods, or a verifiers 0.4 environment's serving resources
             await env.aclose()
         await client.close()
     summary = summarize(rollouts, scored=getattr(env, "score_rollouts", True))
