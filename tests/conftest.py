@@ -12,6 +12,25 @@ from vfrl.testing import BIN, free_port, vf_vllm, write_config  # noqa: F401 (th
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """scripts/test.sh runs the suite on two pytest-xdist workers: every module with a real-stack (e2e) test on one of
+    them, in order, so that two vLLM servers and trainers never compete for the cores and the session's shared servers
+    start once; each other module, whole (its module fixtures made once), on whichever worker is free. The worker
+    decides nothing here (it collects), so the real-stack modules are the ones whose text marks a test e2e."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    real_stack = {f"tests/{path.name}" for path in Path(__file__).parent.glob("test_*.py")
+                  if "mark.e2e" in path.read_text()}
+
+    class RealStackOnOneWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "the real stack" if module in real_stack else module
+
+    return RealStackOnOneWorker(config, log)
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     """The embedded model: the one install.sh made, or a fresh one (same script, same seed)."""
