@@ -18,7 +18,7 @@ from vfrl.launcher.config_errors import load_user_config
 from vfrl.launcher import machine as machine_module
 from vfrl.launcher import preflight
 from vfrl.launcher.machine import Machine, detect_machine, gpu_memory_mib, visible_gpu_ids
-from vfrl.launcher.plan import PlanError, make_plan, split_gpus
+from vfrl.launcher.plan import CPU_ADAPTER_NOTE, PlanError, make_plan, split_gpus
 from vfrl.launcher.render import render_plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -198,6 +198,20 @@ def test_gpu_memory_is_the_smallest_total_among_the_visible_gpus():
     assert gpu_memory_mib(("MIG-1234",), SMI_QUERY) is None  # a MIG slice: not listed, not checked
     assert gpu_memory_mib(("7",), SMI_QUERY) is None
     assert gpu_memory_mib(("0",), "") is None
+
+
+def test_the_cpu_build_serving_an_adapter_by_default_is_pointed_at_merged(tmp_path):
+    """vLLM's CPU build runs runtime LoRA unfused: a run left at lora_sync's default hears of "merged" in one note;
+    a lora_sync written out (either value), full fine-tuning, a GPU or a remote server's own choice do not."""
+    def notes(machine=Machine(0, 2), **trainer):
+        return make_plan(cfg(1, 1, **trainer), tmp_path / "run", "s", machine, tmp_path).notes
+
+    assert notes() == [CPU_ADAPTER_NOTE]
+    assert notes(lora_sync="adapter") == notes(lora_sync="merged") == notes(use_lora=False) == []
+    assert notes(Machine(2, 16, gpu_memory_mib=81559)) == []
+    remote = cfg(1, 1)
+    remote.inference.base_url = "http://10.0.0.5:8000/v1"
+    assert CPU_ADAPTER_NOTE not in make_plan(remote, tmp_path / "r", "s", Machine(0, 2), tmp_path).notes
 
 
 def test_panes_get_the_users_gpu_ids_not_0_to_n(tmp_path, monkeypatch):

@@ -67,7 +67,7 @@ def test_each_node_gets_the_same_rendezvous_and_its_own_rank(tmp_path):
 
 def test_one_process_per_node_on_the_cpu_is_still_a_distributed_launch(tmp_path):
     from vfrl.launcher.machine import Machine
-    from vfrl.launcher.plan import make_plan
+    from vfrl.launcher.plan import CPU_ADAPTER_NOTE, make_plan
 
     plan = make_plan(rl_config({"gpus": 0, "nodes": 2}), tmp_path / "run", "s", Machine(gpus=0, cpus=4), tmp_path,
                      environ={})
@@ -82,7 +82,7 @@ def test_one_process_per_node_on_the_cpu_is_still_a_distributed_launch(tmp_path)
     # another machine's trainer takes all its cores (no vLLM there); a CPU rank on gloo like node 0's
     assert "env CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=4 ACCELERATE_USE_CPU=true " in node1
     one = make_plan(rl_config({"gpus": 0}), tmp_path / "run1", "s", Machine(gpus=0, cpus=4), tmp_path, environ={})
-    assert Path(one.trainer.command[0]).name == "vf-train" and one.notes == []
+    assert Path(one.trainer.command[0]).name == "vf-train" and one.notes == [CPU_ADAPTER_NOTE]  # no node notes
 
 
 def test_zero3_shards_over_every_nodes_processes_in_the_memory_estimate(tmp_path):

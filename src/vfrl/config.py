@@ -237,7 +237,7 @@ class TrainerArgs(Strict):
         "adapter", description="How a LoRA policy reaches vLLM after each step: \"adapter\" loads it as a runtime "
         "LoRA adapter (policy-N); \"merged\" reloads vLLM's weights in place with the adapter merged in, so vLLM "
         "serves no LoRA (its CPU build applies LoRA with unfused torch ops, so merged generation is much faster "
-        "there, docs/benchmarks.md).")
+        "there, docs/benchmarks.md; vf-rl says so in a note when it starts vLLM on the CPU with this key left out).")
     # async generation
     num_batches_ahead: int = Field(
         1, ge=0, description="Batches generated ahead of the one training: each is sampled from the newest policy "

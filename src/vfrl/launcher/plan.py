@@ -273,6 +273,8 @@ def make_plan(cfg: RLConfig, run_dir: Path, session: str, machine: Machine, work
         elif not remote and machine.cpus > 1:  # the cores vLLM does not use (cpu_cores.py)
             rest = range(len(cores), machine.cpus)
             tr_env[TRAINER_CORES_ENV] = f"{rest[0]}-{rest[-1]}" if len(rest) > 1 else str(rest[0])
+        if not remote and cfg.serves_adapters and "lora_sync" not in cfg.args.model_fields_set:
+            notes.append(CPU_ADAPTER_NOTE)
     if cfg.trainer.args.use_liger_kernel and not tr_dev:
         raise PlanError("trainer.args.use_liger_kernel", "true", "Liger's kernels run on a GPU, and this trainer runs "
                         "on the CPU (" + ("trainer.gpus = 0" if machine.gpus else "this machine has no GPU")
@@ -390,6 +392,12 @@ def node_notes(cfg: RLConfig, processes: int, on_gpus: bool, machine: Machine, w
 
 # [inference] keys that describe the server vf-rl starts; with inference.base_url it starts none
 SERVER_KEYS = ("gpus", "share_gpus", "host", "port", "args")
+
+
+# vLLM on the CPU with LoRA served as an adapter, lora_sync left at its default (docs/benchmarks.md, lever 7)
+CPU_ADAPTER_NOTE = ('vLLM\'s CPU build runs a LoRA adapter with unfused ops: trainer.args.lora_sync = "merged" serves '
+                    "it merged into the weights (held twice then) and generated ~2x faster on 2 cores "
+                    "(docs/benchmarks.md, lever 7); setting lora_sync ends this note")
 
 
 def remote_notes(cfg: RLConfig) -> list[str]:
