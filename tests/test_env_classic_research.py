@@ -2,8 +2,10 @@
 environments (github.com/PrimeIntellect-ai/research-environments, 59 classic packages, docs/environments.md) use
 it: `MaybeThinkParser`, an environment's unknown keywords kept (`max_concurrent`), `HybridMathRubric`,
 `ClientConfig` and `setup_openai_client` for a judge, `vf.Error`s that end a rollout, `@vf.teardown`,
-`score_rollouts=False` for generating completions, and the sandbox-run classes refused naming the service. Each
-package is written here and loaded unchanged (`import verifiers as vf`), against a fake vLLM (tests/fake_openai.py).
+`score_rollouts=False` for generating completions, the sandbox-run classes refused naming the service, and (as
+prime-environments' hanabi) an environment that calls the policy itself for a game's other seats. Each package is
+written here and loaded unchanged (`import verifiers as vf`), against a fake vLLM (tests/fake_openai.py); the other
+seats' calls also against the session's real vf-vllm.
 """
 
 import asyncio
@@ -354,3 +356,87 @@ def test_a_stop_condition_that_asks_verifiers_own_stop_conditions_runs_as_there(
     assert [m["content"] for m in never.completion] == ["7", "lower", "6", "lower", "5"] and never.reward == 0.0
     solved, = scored(env, ["2", "4"], n=1)
     assert [m["content"] for m in solved.completion] == ["2", "higher", "4"] and solved.reward == 1.0
+
+
+TWO_SEATS = """
+    import verifiers as vf
+    from verifiers.types import TrajectoryStep
+    from verifiers.utils.response_utils import parse_response_messages, parse_response_tokens
+
+    class TwoSeats(vf.MultiTurnEnv):
+        # hanabi's shape: seat 0 is the rollout's own conversation; seat 1 is the same model, called by the
+        # environment through the rollout's client and recorded as a step of the trajectory
+        async def env_response(self, messages, state, **kwargs):
+            seat1 = [{"role": "system", "content": "You are seat 1."},
+                     {"role": "user", "content": "Seat 0 played " + messages[-1]["content"]}]
+            response = await state["client"].chat.completions.create(
+                model=state["model"], messages=seat1, **(state.get("sampling_args") or {}))
+            state["trajectory"].append(TrajectoryStep(
+                prompt=seat1, completion=await parse_response_messages(response, self.message_type),
+                response=response, tokens=await parse_response_tokens(response, self.message_type, self.max_seq_len),
+                reward=None, advantage=None, is_truncated=False, extras={"player_id": 1}))
+            return [{"role": "user", "content": "Seat 1 played " + response.choices[0].message.content}]
+
+    def steps(state):
+        return float(len(state["trajectory"]))
+
+    def seat1_tokens(state):  # every call of seat 1 came back with its ids and one logprob a sampled token
+        calls = [s for s in state["trajectory"] if s.get("extras", {}).get("player_id") == 1]
+        tokens = [s["tokens"] for s in calls]
+        return float(bool(calls) and all(t and t["prompt_ids"] and t["completion_ids"]
+                                         and len(t["completion_ids"]) == len(t["completion_logprobs"]) for t in tokens))
+
+    def load_environment(reward="steps"):
+        return TwoSeats(dataset=[{"question": "Play a card.", "answer": ""}] * 2, max_turns=4,
+                        rubric=vf.Rubric(funcs=[{"steps": steps, "seat1_tokens": seat1_tokens}[reward]]))
+"""
+
+
+def test_an_environment_calling_the_model_itself_gets_verifiers_state_and_its_calls_are_not_trained(src, caplog):
+    """prime-environments' hanabi plays the other seats of a game with the policy itself: `state["client"]`,
+    `state["model"]` and `state["sampling_args"]` as verifiers gives them, each call recorded as a `TrajectoryStep`
+    read back by `verifiers.utils.response_utils`. vfrl samples those calls and trains seat 0's conversation."""
+    from fake_openai import decode, encode
+
+    package(src, "two_seats", TWO_SEATS)
+    env = vf.load_environment("two_seats")
+    client = FakeOpenAI(lambda prompt: "R1" if "seat 1" in prompt else "B2")
+    with caplog.at_level(logging.WARNING):
+        rollout, state = asyncio.run(env.rollout_with_state(client, "policy-3", env.dataset[0], 0, dict(SAMPLING)))
+        asyncio.run(env.rollout_with_state(client, "policy-3", env.dataset[0], 1, dict(SAMPLING)))
+    # max_turns counts every step of the trajectory, the other seat's too, as verifiers' max_turns_reached does: the
+    # turn that reaches it is seat 0's fifth step (verifiers asks for env_response before the limit is checked)
+    assert [m["content"] for m in rollout.completion] == ["B2", "Seat 1 played R1"] * 2 + ["B2"]
+    seat1 = [step for step in state["trajectory"] if step.get("extras", {}).get("player_id") == 1]
+    assert len(state["trajectory"]) == 5 and len(seat1) == 2
+    calls = [kwargs for kind, kwargs in client.calls if kwargs["messages"][0]["content"] == "You are seat 1."]
+    assert len(calls) == 4 and calls[0]["temperature"] == 1.0  # the rollout's sampling, for the policy it samples
+    grouped, = asyncio.run(env.run_group(client, "m", 0, 1, dict(SAMPLING), asyncio.Semaphore(8)))
+    assert grouped.reward == 5.0  # its rubric reads the whole trajectory
+    tokens = seat1[0]["tokens"]
+    assert tokens["prompt_ids"] == encode(client.render(seat1[0]["prompt"], add_generation_prompt=True))
+    assert decode(tokens["completion_ids"]) == "R1<|im_end|>" and tokens["completion_mask"] == [1, 1, 1]
+    assert len(tokens["completion_logprobs"]) == 3 and seat1[0]["completion"] == [{"role": "assistant",
+                                                                                  "content": "R1"}]
+    # what is trained: seat 0's replies; seat 1's move is the environment's text in it, with no loss
+    sampled = decode([t for t, m in zip(rollout.completion_ids, rollout.completion_mask) if m])
+    assert sampled.count("B2") == 3 and "R1" not in sampled
+    said = [r.getMessage() for r in caplog.records if "calls the model itself" in r.getMessage()]
+    assert said == ["TwoSeats calls the model itself (2 calls in the rollout of example 0, recorded in its "
+                    "trajectory): vfrl samples them and trains the rollout's own conversation only"]
+
+
+@pytest.mark.e2e
+def test_an_environment_calling_the_model_itself_gets_vllms_tokens_through_the_real_client(src, shared_vllm_server):
+    """The same package sampled by the trainer's Orchestrator from the session's vf-vllm: seat 1's calls go through
+    the rollout's own openai client with `state["sampling_args"]` (vLLM's keys in extra_body), and each comes back
+    with the prompt's and the reply's token ids and the reply's logprobs, which its rubric checks."""
+    from conftest import served_batch
+
+    package(src, "two_seats", TWO_SEATS)
+    srv = shared_vllm_server
+    batch = served_batch(vf.load_environment("two_seats", reward="seat1_tokens"), srv.base_url, srv.api_key,
+                         srv.model, 0, max_tokens=8, examples=1)
+    assert len(batch.rollouts) == 2 and batch.metrics["rollouts_dropped"] == 0
+    assert [r.reward for r in batch.rollouts] == [1.0, 1.0]
+    assert all([m["role"] for m in r.completion] == ["assistant", "user"] * 2 + ["assistant"] for r in batch.rollouts)

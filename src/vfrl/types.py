@@ -1,6 +1,6 @@
 """verifiers' `verifiers.types` names, for packages that import them from there."""
 
-from typing import Any
+from typing import Any, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,3 +28,30 @@ class ClientConfig(BaseModel):
     max_keepalive_connections: int = 28000
     max_retries: int = 10
     extra_headers: dict[str, str] = Field(default_factory=dict)
+
+
+class TrajectoryStepTokens(TypedDict):
+    """One model call's tokens as verifiers keeps them (`vfrl.utils.response_utils.parse_response_tokens`)."""
+
+    prompt_ids: list[int]
+    prompt_mask: list[int]
+    completion_ids: list[int]
+    completion_mask: list[int]
+    completion_logprobs: list[float]
+    overlong_prompt: bool
+    is_truncated: bool
+
+
+class TrajectoryStep(TypedDict, total=False):
+    """One model call of a rollout, as a package that makes calls of its own (another seat of a game) records it in
+    `state["trajectory"]`. vfrl keeps them there and trains the rollout's own conversation only."""
+
+    prompt: Messages
+    completion: Messages
+    response: Any
+    tokens: TrajectoryStepTokens | None
+    reward: float | None
+    advantage: float | None
+    is_truncated: bool
+    trajectory_id: str
+    extras: dict[str, Any]

@@ -29,7 +29,7 @@ from vfrl.envs.faults import is_rejected_request, request_error_text
 from vfrl.envs.group_request import group_member
 from vfrl.envs.messages import Message, messages as as_messages
 from vfrl.envs.rubric import call_with_named_args
-from vfrl.envs.sampling import CompletionSampler, SequenceError, TurnSampler
+from vfrl.envs.sampling import CompletionSampler, SequenceError, TurnSampler, sampling_request
 from vfrl.envs.tool_defs import Tool
 from vfrl.errors import Error
 
@@ -142,6 +142,9 @@ class MultiTurnEnv(Environment):
             "prompt": prompt, "answer": row.get("answer", ""), "task": row.get("task", "default"),
             "info": dict(row.get("info") or {}), "example_id": example_id, "turn": 0, "completion": "" if text else [],
             "truncated": False, "input": row, "trajectory": [],
+            # as verifiers gives them, for a package's own calls to the policy (another seat of a game)
+            "client": client, "model": model, "sampling_args": sampling_request({**self.sampling_args, **sampling},
+                                                                                record_tokens),
         }
         info = state["info"]
         tool_defs = info["tool_defs"] if "tool_defs" in info else self.tool_defs
@@ -189,7 +192,9 @@ class MultiTurnEnv(Environment):
             if turn.truncated:
                 state["truncated"] = True
                 break
-            if state["turn"] >= self.max_turns > 0 or await self.finished(messages, state):
+            # verifiers counts every step of the trajectory, a package's own model calls too (max_turns_reached)
+            if max(state["turn"], len(state["trajectory"])) >= self.max_turns > 0 or await self.finished(messages,
+                                                                                                         state):
                 break
             try:
                 new = await maybe_await(self.env_response(messages, state))
@@ -206,6 +211,11 @@ class MultiTurnEnv(Environment):
             state["completion"] = completion
             if final is not None:
                 break
+        if (own_calls := len(state["trajectory"]) - sampler.turns) > 0 and not self.sampler_flags.get("own_calls"):
+            self.sampler_flags["own_calls"] = True  # said once: the same holds for every rollout
+            log.warning("%s calls the model itself (%d calls in the rollout of example %s, recorded in its "
+                        "trajectory): vfrl samples them and trains the rollout's own conversation only",
+                        type(self).__name__, own_calls, example_id)
         seq = sampler.seq
         return Rollout(
             example_id=example_id, prompt=prompt, completion=completion, answer=state["answer"],
