@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def pytest_xdist_make_scheduler(config, log):
     """scripts/test.sh runs the suite on two pytest-xdist workers: every module with a real-stack (e2e) test on one of
     them, in order, so that two vLLM servers and trainers never compete for the cores and the session's shared servers
-    start once; each other module, whole (its module fixtures made once), on whichever worker is free. The worker
-    decides nothing here (it collects), so the real-stack modules are the ones whose text marks a test e2e."""
+    start once; each other module, whole (its module fixtures made once), on whichever worker is free. This runs in
+    xdist's controller, which collects no tests: a real-stack module is one whose text marks a test e2e."""
     from xdist.scheduler import LoadScopeScheduling
 
     real_stack = {f"tests/{path.name}" for path in Path(__file__).parent.glob("test_*.py")
