@@ -212,7 +212,7 @@ def test_a_classic_package_loads_unchanged_and_leaves_verifiers_alone(tmp_path, 
 
 @pytest.mark.parametrize("line, asked", [
     ("from verifiers.envs.experimental.gym_env import GymEnv", "imports verifiers.envs.experimental.gym_env"),
-    ("from verifiers.types import RolloutScores", "imports RolloutScores from verifiers.types"),
+    ("from verifiers.types import GenerateOutputs", "imports GenerateOutputs from verifiers.types"),
     ("GymEnv = vf.GymEnv", "uses verifiers.GymEnv"),
 ])
 def test_a_classic_package_needing_what_vfrl_lacks_is_one_line(tmp_path, monkeypatch, line, asked):

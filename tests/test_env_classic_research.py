@@ -321,6 +321,31 @@ def test_a_conversation_rebuilt_turn_by_turn_is_refused_in_one_line_not_run_wron
         f"not run (at rebuilt_{hook}.py:9)")
 
 
+@pytest.mark.parametrize("method", ["score_rollouts", "score_rollout", "score_group"])
+def test_a_rubric_scoring_its_own_way_is_refused_in_one_line_not_scored_otherwise(src, method):
+    """prime-environments' arc_agi_tool grades in its Rubric's own `score_rollouts` (returning `RolloutScores`):
+    vfrl scores with the reward functions and never calls verifiers' scoring methods, so such a rubric would have
+    been scored by its functions alone, silently. It is refused when built, naming the package's line."""
+    package(src, f"own_{method}", f"""
+        import verifiers as vf
+        from verifiers.types import RolloutScores
+
+        class Graded(vf.Rubric):
+            async def {method}(self, *args, **kwargs) -> RolloutScores:
+                return RolloutScores(reward=[1.0], metrics={{}})
+
+        def load_environment():
+            return vf.SingleTurnEnv(dataset=[{{"question": "q", "answer": "a"}}], rubric=Graded())
+    """)
+    with pytest.raises(EnvironmentLoadError) as e:
+        vf.load_environment(f"own_{method}")
+    assert str(e.value) == (
+        f"environment 'own_{method}' (module own_{method}, verifiers' classic API): load_environment() raised "
+        f"NotImplementedError: vfrl does not support Graded.{method}: vfrl scores with the rubric's reward functions "
+        "and never calls verifiers' scoring methods, so a rubric that overrides one is not run "
+        f"(at own_{method}.py:10)")
+
+
 GUESSING = """
     import verifiers as vf
     from verifiers.envs.multiturn_env import MultiTurnEnv

@@ -30,6 +30,21 @@ class ClientConfig(BaseModel):
     extra_headers: dict[str, str] = Field(default_factory=dict)
 
 
+class RolloutScore(TypedDict):
+    """A rollout's reward and metrics, as verifiers' scoring methods return them."""
+
+    reward: float
+    metrics: dict[str, float]
+
+
+class RolloutScores(TypedDict):
+    """Rollouts' rewards and metrics, as verifiers' scoring methods return them (vfrl's Rubric refuses a subclass
+    that overrides those methods: it scores with the reward functions)."""
+
+    reward: list[float]
+    metrics: dict[str, list[float]]
+
+
 class TrajectoryStepTokens(TypedDict):
     """One model call's tokens as verifiers keeps them (`vfrl.utils.response_utils.parse_response_tokens`)."""
 

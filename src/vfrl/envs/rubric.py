@@ -37,9 +37,19 @@ def call_with_named_args(func: Callable[..., Any], available: dict[str, Any]) ->
     return func(**{k: v for k, v in available.items() if takes_all or k in params})
 
 
+# verifiers' own scoring entry points: a subclass that overrides one scores its own way there, and vfrl's scoring
+# (the reward functions, `score` below) never calls them, so such a rubric is refused rather than scored otherwise
+SCORING_OVERRIDES = ("score_rollout", "score_rollouts", "score_group")
+
+
 class Rubric:
     def __init__(self, funcs: list[RewardFunc] | None = None, weights: list[float] | None = None, parser=None):
         from vfrl.envs.parsers import Parser  # parsers.py is imported by users first; no cycle then
+
+        if own := [name for name in SCORING_OVERRIDES if hasattr(type(self), name)]:
+            raise NotImplementedError(
+                f"vfrl does not support {type(self).__name__}.{own[0]}: vfrl scores with the rubric's reward "
+                "functions and never calls verifiers' scoring methods, so a rubric that overrides one is not run")
 
         self.funcs = list(funcs or [])
         self.weights = list(weights) if weights is not None else [1.0] * len(self.funcs)
