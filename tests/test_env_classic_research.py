@@ -383,7 +383,7 @@ def test_a_stop_condition_that_asks_verifiers_own_stop_conditions_runs_as_there(
     assert [m["content"] for m in solved.completion] == ["2", "higher", "4"] and solved.reward == 1.0
 
 
-TWO_SEATS = """
+HANABI_SHAPE = """
     import verifiers as vf
     from verifiers.types import TrajectoryStep
     from verifiers.utils.response_utils import parse_response_messages, parse_response_tokens
@@ -423,8 +423,8 @@ def test_an_environment_calling_the_model_itself_gets_verifiers_state_and_its_ca
     read back by `verifiers.utils.response_utils`. vfrl samples those calls and trains seat 0's conversation."""
     from fake_openai import decode, encode
 
-    package(src, "two_seats", TWO_SEATS)
-    env = vf.load_environment("two_seats")
+    package(src, "hanabi_shape", HANABI_SHAPE)
+    env = vf.load_environment("hanabi_shape")
     client = FakeOpenAI(lambda prompt: "R1" if "seat 1" in prompt else "B2")
     with caplog.at_level(logging.WARNING):
         rollout, state = asyncio.run(env.rollout_with_state(client, "policy-3", env.dataset[0], 0, dict(SAMPLING)))
@@ -458,9 +458,9 @@ def test_an_environment_calling_the_model_itself_gets_vllms_tokens_through_the_r
     with the prompt's and the reply's token ids and the reply's logprobs, which its rubric checks."""
     from conftest import served_batch
 
-    package(src, "two_seats", TWO_SEATS)
+    package(src, "hanabi_shape", HANABI_SHAPE)
     srv = shared_vllm_server
-    batch = served_batch(vf.load_environment("two_seats", reward="seat1_tokens"), srv.base_url, srv.api_key,
+    batch = served_batch(vf.load_environment("hanabi_shape", reward="seat1_tokens"), srv.base_url, srv.api_key,
                          srv.model, 0, max_tokens=8, examples=1)
     assert len(batch.rollouts) == 2 and batch.metrics["rollouts_dropped"] == 0
     assert [r.reward for r in batch.rollouts] == [1.0, 1.0]
