@@ -29,6 +29,14 @@ def package(folder, name: str, text: str) -> None:
     (folder / f"{name}.py").write_text(textwrap.dedent(text))
 
 
+def refused(folder, name: str, text: str) -> str:
+    """The one line that loading package `name` (written from `text`) stops with."""
+    package(folder, name, text)
+    with pytest.raises(EnvironmentLoadError) as e:
+        vf.load_environment(name)
+    return str(e.value)
+
+
 @pytest.fixture
 def src(tmp_path, monkeypatch):
     folder = tmp_path / "src"
@@ -240,18 +248,14 @@ def test_an_unscored_environment_generates_completions_with_vf_eval_and_training
     ("from verifiers.envs.experimental.sandbox_mixin import SandboxMixin", "sandbox_mixin"),
 ])
 def test_a_package_built_on_verifiers_sandboxes_is_refused_naming_the_service(src, line, module):
-    package(src, "sandbox_pkg", f"""
+    assert refused(src, "sandbox_pkg", f"""
         import verifiers as vf
         {line}
 
         def load_environment():
             return None
-    """)
-    with pytest.raises(EnvironmentLoadError) as e:
-        vf.load_environment("sandbox_pkg")
-    assert str(e.value) == (f"environment 'sandbox_pkg' imports verifiers.envs.experimental.{module}, whose "
-                            "environments run in Prime Intellect's remote sandboxes, a service vfrl does not run "
-                            "(at sandbox_pkg.py:3)")
+    """) == (f"environment 'sandbox_pkg' imports verifiers.envs.experimental.{module}, whose environments run in "
+             "Prime Intellect's remote sandboxes, a service vfrl does not run (at sandbox_pkg.py:3)")
 
 
 def test_the_example_datasets_verifiers_knows_read_their_hub_rows_into_question_and_answer():
@@ -302,7 +306,7 @@ def test_a_conversation_rebuilt_turn_by_turn_is_refused_in_one_line_not_run_wron
     """color_codeword builds each turn's messages in `get_prompt_messages` (images shown turn by turn), scicode a
     fresh prompt per step: vfrl's loop does not call those hooks, and running without them sent an empty
     conversation (vLLM: 'Cannot apply chat template to an empty conversation'). The line names the package's."""
-    package(src, f"rebuilt_{hook}", f"""
+    said = refused(src, f"rebuilt_{hook}", f"""
         import verifiers as vf
 
         class Rebuilt(vf.MultiTurnEnv):
@@ -312,9 +316,7 @@ def test_a_conversation_rebuilt_turn_by_turn_is_refused_in_one_line_not_run_wron
         def load_environment():
             return Rebuilt(dataset=[{{"prompt": []}}], system_prompt="s")
     """)
-    with pytest.raises(EnvironmentLoadError) as e:
-        vf.load_environment(f"rebuilt_{hook}")
-    assert str(e.value) == (
+    assert said == (
         f"environment 'rebuilt_{hook}' (module rebuilt_{hook}, verifiers' classic API): load_environment() raised "
         f"NotImplementedError: vfrl does not support Rebuilt.{hook}: vfrl grows one conversation a turn (the prompt, "
         "the replies, env_response's messages) and trains it as one sequence; a conversation rebuilt each turn is "
@@ -326,7 +328,7 @@ def test_a_rubric_scoring_its_own_way_is_refused_in_one_line_not_scored_otherwis
     """prime-environments' arc_agi_tool grades in its Rubric's own `score_rollouts` (returning `RolloutScores`):
     vfrl scores with the reward functions and never calls verifiers' scoring methods, so such a rubric would have
     been scored by its functions alone, silently. It is refused when built, naming the package's line."""
-    package(src, f"own_{method}", f"""
+    said = refused(src, f"own_{method}", f"""
         import verifiers as vf
         from verifiers.types import RolloutScores
 
@@ -337,9 +339,7 @@ def test_a_rubric_scoring_its_own_way_is_refused_in_one_line_not_scored_otherwis
         def load_environment():
             return vf.SingleTurnEnv(dataset=[{{"question": "q", "answer": "a"}}], rubric=Graded())
     """)
-    with pytest.raises(EnvironmentLoadError) as e:
-        vf.load_environment(f"own_{method}")
-    assert str(e.value) == (
+    assert said == (
         f"environment 'own_{method}' (module own_{method}, verifiers' classic API): load_environment() raised "
         f"NotImplementedError: vfrl does not support Graded.{method}: vfrl scores with the rubric's reward functions "
         "and never calls verifiers' scoring methods, so a rubric that overrides one is not run "
