@@ -744,6 +744,45 @@ def test_the_in_process_chat_harness_gives_what_verifiers_null_harness_gives(tin
         assert all(r[6] == {"said_the_sum": 1.0, "tool_calls": 1.0} for r in rollouts)  # the tool answered
 
 
+@needs_v1
+def test_the_overhead_benchmarks_bound_harnesses_run_the_same_episode(tiny_model, monkeypatch):
+    """benchmarks/v1_harness_bounds, the bounds of benchmarks/verifiers_v1_overhead.py: the one-POST harness sends
+    vLLM what vfrl's in-process chat harness sends and gives the same rollouts (it measures the same episode), and
+    the no-call harness's episodes complete without a request."""
+    from fake_generate import FakeGenerate
+
+    from vfrl.envs.verifiers_v1 import CHAT_HARNESS, V1Environment
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks" / "v1_harness_bounds"))
+
+    def seen(harness: str):
+        b, requests = fake_generated_batch(V1Environment("v1-reverse", harness=harness), tiny_model, "policy-0", 0)
+        return (sorted(json.dumps(q["body"], sort_keys=True) for q in requests),
+                [(r.example_id, r.prompt_ids, r.completion_ids, r.completion_logprobs, r.reward, r.metrics)
+                 for r in b.rollouts])
+
+    in_process = seen(CHAT_HARNESS)
+    assert in_process[1] and seen("bound_one_post") == in_process
+
+    async def no_call():
+        env = V1Environment("v1-reverse", harness="bound_no_model_call")
+        async with FakeGenerate(str(tiny_model), adapter="policy-0") as fake:
+            from openai import AsyncOpenAI
+
+            client = AsyncOpenAI(base_url=fake.base_url, api_key="k")
+            await env._open(client)
+            env.rows(False)
+            context = env.context(client, "policy-0", {"max_tokens": 16})
+            episodes = await asyncio.gather(*(env.v1_env.run_slot(env.v1_env.slots(t)[0], context)
+                                              for t in env.tasks[:2]))
+            await env.aclose()
+            return episodes, fake.requests
+
+    episodes, requests = asyncio.run(no_call())
+    assert requests == [] and [e.ok for e in episodes] == [True, True]
+    assert all(t.num_turns == 0 for e in episodes for t in e.traces)
+
+
 # --- the real vLLM CPU server ---
 
 @needs_v1
