@@ -383,6 +383,22 @@ def test_a_stop_condition_that_asks_verifiers_own_stop_conditions_runs_as_there(
     assert [m["content"] for m in solved.completion] == ["2", "higher", "4"] and solved.reward == 1.0
 
 
+
+def test_a_package_that_overrides_max_turns_reached_decides_when_its_turns_run_out(src):
+    """In verifiers max_turns is a stop condition like any other, `max_turns_reached`, and a package may override it:
+    prime-environments' backend_bench lifts the limit once its kernel is correct. vfrl's loop cut every rollout at
+    max_turns whatever the override said; it now asks max_turns_reached, the package's own here, after each reply."""
+    package(src, "own_turn_limit", GUESSING.replace("class Guessing(MultiTurnEnv):", """class Guessing(MultiTurnEnv):
+        @vf.stop
+        async def max_turns_reached(self, state):  # two more tries than max_turns
+            return len(state["trajectory"]) >= self.max_turns + 2
+"""))
+    env = vf.load_environment("own_turn_limit")
+    never, = scored(env, ["9", "8", "7", "6", "5", "never sent"], n=1)
+    assert [m["content"] for m in never.completion] == ["9", "lower", "8", "lower", "7", "lower", "6", "lower", "5"]
+    solved, = scored(env, ["2", "4"], n=1)
+    assert [m["content"] for m in solved.completion] == ["2", "higher", "4"] and solved.reward == 1.0
+
 HANABI_SHAPE = """
     import verifiers as vf
     from verifiers.types import TrajectoryStep

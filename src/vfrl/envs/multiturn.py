@@ -88,7 +88,8 @@ class MultiTurnEnv(Environment):
             raise ValueError(f"max_turns must be at least 1 (or -1: no limit), got {max_turns}")
         self.max_turns = max_turns
         self.sampler_flags: dict[str, Any] = {}  # shared by this env's rollouts, see TurnSampler
-        self.stop_conditions = marked(self, "stop")
+        # a package's own max_turns_reached (verifiers marks it a stop condition) is asked after each reply only
+        self.stop_conditions = [c for c in marked(self, "stop") if c.__name__ != "max_turns_reached"]
         self.cleanup_handlers = marked(self, "cleanup")
 
     async def finished(self, messages: Messages, state: dict[str, Any]) -> bool:
@@ -109,8 +110,10 @@ class MultiTurnEnv(Environment):
     def env_response(self, messages: Messages | str, state: dict[str, Any]) -> Messages | str:
         raise NotImplementedError(f"{type(self).__name__} must implement env_response(messages, state)")
 
-    # verifiers' own stop conditions, which packages call from theirs (`return await self.max_turns_reached(state)`);
-    # vfrl's loop checks the same itself (max_turns, a vf.Error, final_env_response, a turn that no longer fits)
+    # verifiers' own stop conditions, which packages call from theirs (`return await self.max_turns_reached(state)`).
+    # The loop asks max_turns_reached after each reply, where verifiers asks its stop conditions (before
+    # env_response): every step of the trajectory counts, a package's own model calls too, and a package's override
+    # decides instead. It checks the others itself (a vf.Error, final_env_response, a turn that no longer fits).
     async def max_turns_reached(self, state: dict[str, Any]) -> bool:
         return len(state["trajectory"]) >= self.max_turns > 0
 
@@ -192,9 +195,7 @@ class MultiTurnEnv(Environment):
             if turn.truncated:
                 state["truncated"] = True
                 break
-            # verifiers counts every step of the trajectory, a package's own model calls too (max_turns_reached)
-            if max(state["turn"], len(state["trajectory"])) >= self.max_turns > 0 or await self.finished(messages,
-                                                                                                         state):
+            if await maybe_await(self.max_turns_reached(state)) or await self.finished(messages, state):
                 break
             try:
                 new = await maybe_await(self.env_response(messages, state))
