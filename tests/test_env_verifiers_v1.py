@@ -357,13 +357,16 @@ def test_env_renderer_reaches_verifiers_train_client_and_vf_eval_says_a_wrong_on
 # --- the package itself, in-process, against the fake generate route ---
 
 def write_two_seats(folder: Path) -> None:
-    """A package whose vf.Env has two seats: `player` pins no harness, `referee` pins verifiers' `bash`."""
+    """A package whose vf.Env has four seats: `player` pins no harness, `referee` pins verifiers' `bash`, `dealer`
+    its `null` (as verifiers' kuhn_poker pins both players'), `banker` `null` with a variable for its program."""
     (folder / "two_seats.py").write_text(
         "import verifiers.v1 as vf\n"
         "from v1_reverse import ReverseTaskset\n"
         "class Seats(vf.EnvConfig):\n"
         "    player: vf.AgentConfig = vf.AgentConfig()\n"
         "    referee: vf.AgentConfig = vf.AgentConfig(harness={'id': 'bash'})\n"
+        "    dealer: vf.AgentConfig = vf.AgentConfig(harness={'id': 'null', 'tool_timeout': 30})\n"
+        "    banker: vf.AgentConfig = vf.AgentConfig(harness={'id': 'null', 'env': {'CHIPS': '5'}})\n"
         "class TwoSeats(vf.Env[Seats]):\n"
         "    async def run(self, task, agents):\n"
         "        await agents.player.run(task)\n"
@@ -467,7 +470,8 @@ def test_a_multi_turn_package_plays_its_own_env_and_its_turns_get_no_loss(tiny_m
 def test_every_role_of_a_package_env_runs_here_with_the_chat_harness_unless_it_pins_one(tmp_path, monkeypatch):
     """A package's vf.Env may name its seats anything: each runs here, in verifiers' subprocess runtime (never its
     default remote sandbox); a seat without a harness gets the chat harness vfrl names (in-process by default,
-    verifiers' `null` on request), one that pins its own keeps it."""
+    verifiers' `null` on request), one that pins its own keeps it, except verifiers' `null` (the same chat program)
+    pinned with no variables for its program: in-process by default too, its other settings kept."""
     import verifiers.v1 as vf
 
     from vfrl.envs.verifiers_v1 import CHAT_HARNESS, env_config
@@ -475,12 +479,19 @@ def test_every_role_of_a_package_env_runs_here_with_the_chat_harness_unless_it_p
     write_two_seats(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     raw = env_config(vf, "two-seats", {}, CHAT_HARNESS)
+    subprocess_runtime = {"type": "subprocess"}
     assert raw == {"taskset": {"id": "two-seats"},
-                   "player": {"runtime": {"type": "subprocess"}, "harness": {"id": CHAT_HARNESS}},
-                   "referee": {"runtime": {"type": "subprocess"}}}
+                   "player": {"runtime": subprocess_runtime, "harness": {"id": CHAT_HARNESS}},
+                   "referee": {"runtime": subprocess_runtime},
+                   "dealer": {"runtime": subprocess_runtime, "harness": {"id": CHAT_HARNESS, "tool_timeout": 30}},
+                   "banker": {"runtime": subprocess_runtime}}
     config = vf.resolve_env_config(raw)
-    assert config.player.harness.id == CHAT_HARNESS and config.referee.harness.id == "bash"
-    assert config.player.runtime.type == config.referee.runtime.type == "subprocess"
+    assert config.player.harness.id == config.dealer.harness.id == CHAT_HARNESS
+    assert config.dealer.harness.tool_timeout == 30
+    assert config.referee.harness.id == "bash" and config.banker.harness.id == "null"
+    assert {config.player.runtime.type, config.referee.runtime.type, config.dealer.runtime.type} == {"subprocess"}
+    by_process = env_config(vf, "two-seats", {}, "null")
+    assert by_process["dealer"] == by_process["banker"] == {"runtime": subprocess_runtime}
     assert env_config(vf, "v1-reverse", {}, "null") == {
         "taskset": {"id": "v1-reverse"}, "agent": {"runtime": {"type": "subprocess"}, "harness": {"id": "null"}}}
 
@@ -696,12 +707,13 @@ def calc_reply(text: str) -> str:
 @needs_v1
 @needs_uv
 @pytest.mark.parametrize("package, examples", [("v1-reverse", 2), ("v1-two-tries", 1), ("v1-flaky-score", 2),
-                                               ("v1-calc", 1)])
+                                               ("v1-calc", 1), ("v1-pinned-null", 2)])
 def test_the_in_process_chat_harness_gives_what_verifiers_null_harness_gives(tiny_model, tmp_path, monkeypatch,
                                                                            package, examples):
     """The same batch through verifiers' `null` harness (its chat program, a uv-script process per rollout) and
     through vfrl's in-process one (that program, run here, no process started): vLLM gets the same requests, and
     the rollouts are the same (ids, mask, logprobs, reward, metrics, branches), as are the drops and their reasons.
+    v1-pinned-null's seat pins `null` itself: by default it is played in-process too.
     v1-calc's call goes to its MCP tool server and the result back to the model (a tokenizer with tool tokens and
     the qwen3 tool parser, as tests/tool_model.py's model)."""
     from verifiers.v1.runtimes.subprocess import SubprocessRuntime

@@ -6,8 +6,8 @@ The trainer's Orchestrator sees the same interface as for a vfrl environment (`d
 - the environment is `vf.load_environment(vf.resolve_env_config(...))` on the taskset with `[env.args]`,
   run by the package's own `vf.Env` when it exports one (a multi-turn conversation, several agents) and
   else by verifiers' single-agent env; every role's agent runs here (verifiers' subprocess runtime), never in a
-  remote sandbox, and a role that pins no harness plays verifiers' chat loop in this process
-  (`vfrl_chat_harness`) instead of a uv-script process per rollout;
+  remote sandbox, and a role that pins no harness, or pins verifiers' `null`, plays verifiers' chat loop in this
+  process (`vfrl_chat_harness`) instead of a uv-script process per rollout;
 - the two per-rollout costs that are not verifiers' own work (pydantic's default-factory check, httpx's connection
   pool under the train client) are taken off the hot path (verifiers_hot_path);
 - its serving resources (`env.serving()`) open on the first rollout and stay open for the event loop;
@@ -287,15 +287,20 @@ def renderer_config(env_id: str, spec: str | dict[str, Any]):
 def env_config(vf, env_id: str, env_args: dict[str, Any], harness: str) -> dict[str, Any]:
     """The raw verifiers config of the package's environment: its taskset with `env_args`, and every role (seat)
     of its `vf.Env` (the package's own, found by verifiers through `__all__`; else the single `agent`) run here
-    (the subprocess runtime), with `harness` unless the role pins its own."""
+    (the subprocess runtime), with `harness` unless the role pins its own. A role pinning verifiers' `null` (its
+    plain chat loop: verifiers' kuhn_poker seats both players so) plays that same program in this process when
+    `harness` is the in-process one and the pin gives the program no variables (which only a process can take)."""
     from verifiers.v1.utils.loaders import env_config_type
 
     raw: dict[str, Any] = {"taskset": {"id": env_id, **env_args}}
     for role, field in env_config_type(env_id).model_fields.items():
         if isinstance(field.default, vf.AgentConfig):
             raw[role] = {"runtime": {"type": "subprocess"}}
-            if field.default.harness is None:
+            pinned = field.default.harness
+            if pinned is None:
                 raw[role]["harness"] = {"id": harness}
+            elif pinned.id == "null" and harness == CHAT_HARNESS and not pinned.resolved_env:
+                raw[role]["harness"] = {**pinned.model_dump(exclude_unset=True), "id": CHAT_HARNESS}
     return raw
 
 
@@ -315,7 +320,8 @@ class V1Environment(Environment):
     """A verifiers 0.4 environment, run by vfrl's trainer and vf-eval."""
 
     def __init__(self, env_id: str, env_args: dict[str, Any] | None = None, harness: str = CHAT_HARNESS):
-        """`harness`: what plays a role that pins none; "null" is verifiers' own chat loop, a process per rollout."""
+        """`harness`: what plays a role that pins none; "null" is verifiers' own chat loop, a process per rollout
+        (and then a role pinning `null` gets one too)."""
         import verifiers.v1 as vf
 
         from vfrl.envs import text_tool_calls, verifiers_group_request, verifiers_hot_path
