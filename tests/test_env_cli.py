@@ -204,6 +204,39 @@ def test_install_names_a_module_it_installed_over_another_distributions(tmp_path
 
 
 @pytest.mark.e2e
+def test_install_refuses_a_package_named_as_a_bundled_environment_from_elsewhere(tmp_path):
+    """verifiers' own examples are named as vfrl's bundled environments (reverse-text, wordle, alphabet-sort): pip
+    would uninstall the bundled one for the newcomer, and the quick start's `reverse-text` would load it. vf-install
+    refuses in one line, before installing anything; the bundled folder itself installs as before."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    from vfrl.envs.cli.install import BUNDLED, installed_from
+
+    try:
+        bundled = installed_from(distribution("reverse-text"))
+    except PackageNotFoundError:
+        bundled = None
+    if bundled != BUNDLED / "reverse_text":
+        pytest.skip("vfrl's bundled reverse-text is not installed from this checkout")
+    theirs = tmp_path / "reverse_text"
+    (theirs / "reverse_text").mkdir(parents=True)
+    (theirs / "reverse_text" / "__init__.py").write_text("")
+    (theirs / "pyproject.toml").write_text(
+        '[project]\nname = "reverse-text"\nversion = "0.1.0"\n\n[build-system]\nrequires = ["hatchling"]\n'
+        'build-backend = "hatchling.build"\n')
+    try:
+        said = one_error_line(run_cli("vf-install", "-p", str(theirs)), "vf-install")
+    finally:
+        if installed_from(distribution("reverse-text")) != bundled:  # put the bundled one back for the tests after
+            subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "-e", str(bundled)], check=True)
+    assert said == (f"vf-install: error: {theirs} is a package named reverse-text, the name of vfrl's bundled "
+                    f"environment reverse-text (installed from {bundled}): pip would replace that one. Give the "
+                    "package another name ([project] name in its pyproject.toml), or run it without installing: its "
+                    "folder on PYTHONPATH, [env] id = its module name")
+    assert installed_from(distribution("reverse-text")) == bundled
+
+
+@pytest.mark.e2e
 def test_install_a_package_for_a_newer_python_pinned_to_a_verifiers_commit(tmp_path):
     """As carbonteq-ai's verifiers 0.4 packages are: `requires-python` leaves this Python out, and verifiers comes
     from a git commit. vf-install says the first in one line and how to go on; with --ignore-requires-python it

@@ -392,6 +392,46 @@ def test_missing_uv_at_load_is_one_line_for_a_seat_that_runs_a_verifiers_harness
 
 
 @needs_v1
+def test_a_module_first_on_the_path_under_a_bundled_environments_name_is_loaded_and_named(tmp_path, monkeypatch,
+                                                                                        caplog):
+    """verifiers' own reverse_text example on PYTHONPATH, beside vfrl's bundled reverse-text (the same module name):
+    the entry point of the bundled package names `reverse_text:load_environment`, Python imports the other, and the
+    load stopped at a function that package never had. A verifiers 0.4 package found first loads as one; another
+    kind stops in one line naming where it came from; either way the log says which module was taken."""
+    import logging
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    from vfrl.envs.loader import EnvironmentLoadError, load_environment
+    from vfrl.envs.verifiers_v1 import V1Environment
+    from vfrl.package_folders import installed_from
+
+    try:
+        bundled = installed_from(distribution("reverse-text"))
+    except PackageNotFoundError:
+        bundled = None
+    if bundled is None or not (bundled / "reverse_text.py").is_file():
+        pytest.skip("vfrl's bundled reverse-text is not installed editable from a checkout")
+    theirs, plain = tmp_path / "v1" / "reverse_text", tmp_path / "plain" / "reverse_text"
+    theirs.mkdir(parents=True), plain.mkdir(parents=True)
+    (theirs / "__init__.py").write_text("from v1_reverse import ReverseTaskset\n__all__ = ['ReverseTaskset']\n")
+    (plain / "__init__.py").write_text("")
+    monkeypatch.delitem(sys.modules, "reverse_text", raising=False)  # put back (vfrl's) when the test ends
+    monkeypatch.syspath_prepend(str(theirs.parent))
+    with caplog.at_level(logging.WARNING):
+        env = load_environment("reverse-text")
+    assert isinstance(env, V1Environment) and len(env.dataset) == 6
+    assert (f"environment 'reverse-text': reverse_text is imported from {theirs}, which comes before the one of the "
+            "installed reverse-text on the path (PYTHONPATH): loading that one") in caplog.messages
+    sys.modules.pop("reverse_text")
+    monkeypatch.syspath_prepend(str(plain.parent))
+    with pytest.raises(EnvironmentLoadError) as e:
+        load_environment("reverse-text")
+    assert str(e.value) == (f"environment 'reverse-text' (module reverse_text at {plain}, before package reverse-text "
+                            "0.1.0's): importing reverse_text:load_environment raised AttributeError: module "
+                            "'reverse_text' has no attribute 'load_environment'")
+
+
+@needs_v1
 def test_orchestrator_samples_a_v1_package_through_the_generate_route(tiny_model):
     """The trainer's own Orchestrator, unchanged, on a verifiers 0.4 package: every Rollout's ids are
     exactly what was sent to and returned by /inference/v1/generate, with its mask, logprobs and reward."""

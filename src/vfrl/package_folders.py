@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import logging
 import os
 import sys
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 log = logging.getLogger(__name__)
 
@@ -94,3 +96,13 @@ def own_modules_first(module: str) -> list[str]:
                     "the environment gets that one", module, ", ".join(imported), folder, ", ".join(imported),
                     ", ".join(str(shadowed[name]) for name in imported))
     return fresh
+
+
+def installed_from(dist) -> Path | None:
+    """The folder an installed distribution was installed from (pip's direct_url.json: an editable install's source,
+    a local folder), or None."""
+    try:
+        url = json.loads(dist.read_text("direct_url.json") or "{}").get("url", "")
+    except (OSError, ValueError):
+        return None
+    return Path(unquote(urlparse(url).path)).resolve() if url.startswith("file://") else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import logging
 import re
 import traceback
 from importlib.metadata import entry_points
@@ -19,10 +20,11 @@ from pathlib import Path
 from vfrl.envs.environment import Environment
 from vfrl.envs.faults import one_line
 from vfrl.envs.verifiers_v1 import V1EnvironmentError, is_v1_module, v1_only
-from vfrl.package_folders import own_modules_first
+from vfrl.package_folders import installed_from, own_modules_first
 from vfrl.verifiers_compat import load_classic_as_vfrl, verifiers_api, verifiers_taskset
 
 ENTRY_POINT_GROUP = "vfrl.environments"
+log = logging.getLogger(__name__)
 
 
 class EnvironmentLoadError(RuntimeError):
@@ -129,6 +131,18 @@ def verifiers_version() -> str:
         return "(none)"
 
 
+def not_the_packages(module, dist) -> Path | None:
+    """Where `module` was imported from, when that is not the folder the distribution `dist` (whose entry point names
+    it) was installed from: another module of that name came first on the path (verifiers' reverse_text example on
+    PYTHONPATH, beside vfrl's bundled reverse-text). None when it is the package's, or when that cannot be told."""
+    home = installed_from(dist) if dist is not None else None
+    file = getattr(module, "__file__", None)
+    if home is None or file is None or home in Path(file).resolve().parents:
+        return None
+    path = Path(file).resolve()
+    return path.parent if path.name == "__init__.py" else path
+
+
 def load_v1_environment(env_id: str, package: str, env_args: dict) -> Environment:
     """A verifiers 0.4 taskset package, wrapped for vfrl (verifiers_v1.py); `env_args` go to its taskset config."""
     from vfrl.envs.verifiers_v1 import V1Environment
@@ -157,6 +171,16 @@ def load_environment(env_id: str, **env_args) -> Environment:
             package = f"package {ep.dist.name} {ep.dist.version}" if ep.dist else f"entry point {ep.value}"
             own_modules_first(ep.module.split(".")[0])
             classic = read_as_vfrl_if_classic(ep.module.split(".")[0])
+            try:
+                module = importlib.import_module(ep.module)
+            except Exception as e:
+                raise raised(f"importing {ep.value}", e) from e
+            if other := not_the_packages(module, ep.dist):  # a module of that name comes first on the path
+                package = f"module {ep.module} at {other}, before {package}'s"
+                log.warning("environment '%s': %s is imported from %s, which comes before the one of the installed "
+                            "%s on the path (PYTHONPATH): loading that one", env_id, ep.module, other, ep.dist.name)
+                if is_v1_module(module):
+                    return load_v1_environment(env_id, package, env_args)
             try:
                 target = ep.load()
             except Exception as e:

@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from importlib.metadata import PackageNotFoundError, entry_points
+from importlib.metadata import PackageNotFoundError, distribution, entry_points
 from importlib.metadata import version as metadata_version
 from pathlib import Path
 from typing import Annotated, Optional
@@ -17,6 +17,7 @@ import typer
 
 from vfrl.envs.cli import fail, module_name
 from vfrl.envs.loader import ENTRY_POINT_GROUP
+from vfrl.package_folders import installed_from
 
 PROG = "vf-install"
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
@@ -123,18 +124,41 @@ def left_out(requirement: str) -> tuple[str, str] | None:
     return None
 
 
-def requirement_left_out(args: list[str], what: str) -> tuple[str, tuple[str, str], list[str]] | None:
-    """(the requirement, what it asks for and why it is left out, the package's other requirements) when the
-    package has one that vf-install leaves out (`left_out`); None otherwise. pip resolves the package alone,
-    without installing it, to read its requirements."""
-    from packaging.requirements import Requirement
-
+def resolved_alone(args: list[str], what: str) -> dict | None:
+    """The metadata of the package `args` name, as pip resolves it alone, without installing anything."""
     items = pip(["--dry-run", "--no-deps", "--ignore-installed", *args], what)
     requested = [i for i in items if i.get("requested")] or items
-    if not requested:
+    return requested[0]["metadata"] if requested else None
+
+
+BUNDLED = Path(__file__).resolve().parents[4] / "environments"  # vfrl's own environment packages (a checkout's)
+
+
+def replaces_bundled(name: str, folder: Path | None, what: str) -> str | None:
+    """The line refusing a package named as one of vfrl's bundled environments (reverse-text, wordle, alphabet-sort:
+    the names of verifiers' own examples too) from anywhere but that environment's folder: pip would uninstall the
+    bundled one, and the environment id the README's quick start trains would load the newcomer."""
+    try:
+        dist = distribution(name)
+    except PackageNotFoundError:
         return None
+    home = installed_from(dist)
+    if home is None or home.parent != BUNDLED or (folder is not None and folder.resolve() == home):
+        return None
+    envs = [ep.name for ep in dist.entry_points if ep.group == ENTRY_POINT_GROUP]
+    return (f"{what} is a package named {name}, the name of vfrl's bundled environment {', '.join(envs) or name} "
+            f"(installed from {home}): pip would replace that one. Give the package another name ([project] name in "
+            f"its pyproject.toml), or run it without installing: its folder on PYTHONPATH, [env] id = its module name")
+
+
+def requirement_left_out(requested: dict) -> tuple[str, tuple[str, str], list[str]] | None:
+    """(the requirement, what it asks for and why it is left out, the package's other requirements) when the
+    package (`requested`: its metadata, resolved alone) has one that vf-install leaves out (`left_out`); None
+    otherwise."""
+    from packaging.requirements import Requirement
+
     needed, dropped = [], None
-    for line in requested[0]["metadata"].get("requires_dist") or []:
+    for line in requested.get("requires_dist") or []:
         req = Requirement(line)
         if req.marker is not None and not req.marker.evaluate({"extra": ""}):
             continue  # an optional extra's, or another platform's
@@ -200,7 +224,11 @@ def install(
         args = ["--ignore-requires-python", *args]
     typer.echo(f"{PROG}: pip install {' '.join(args)}  (into {sys.prefix})")
     what = f"{name or path} from {source}"
-    dropped = None if no_deps else requirement_left_out(args, what)
+    requested = resolved_alone(args, what)
+    folder = Path(args[-1]) if is_package_dir(Path(args[-1])) else None
+    if requested and (refused := replaces_bundled(requested["name"], folder, str(folder or name))):
+        fail(PROG, refused)
+    dropped = None if no_deps or not requested else requirement_left_out(requested)
     if dropped is None:
         items = pip([*(["--no-deps"] if no_deps else []), *args], what)
     else:  # the package without that requirement, then its other requirements
