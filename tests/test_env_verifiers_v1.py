@@ -10,6 +10,7 @@ skipped, saying so, without.
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -536,35 +537,75 @@ def test_every_role_of_a_package_env_runs_here_with_the_chat_harness_unless_it_p
         "taskset": {"id": "v1-reverse"}, "agent": {"runtime": {"type": "subprocess"}, "harness": {"id": "null"}}}
 
 
-@needs_v1
-@pytest.mark.parametrize("harness", ["vfrl_chat_harness", pytest.param("null", marks=needs_uv)])
-def test_a_failing_episode_is_dropped_and_counted(tiny_model, harness):
-    """A server that refuses every generate request: each episode fails, is dropped and counted, and a
-    batch with nothing left stops in one line; the chat loop's failure, in this process or in its own, is the
-    harness's."""
+def lost_batch(env, tiny_model, **fake) -> str:
+    """The one line of the BatchLost that a batch of 2 episodes of `env`, all dropped, stops with (FakeGenerate with
+    `fake`)."""
     from openai import AsyncOpenAI
 
     from fake_generate import FakeGenerate
     from vfrl.config import TrainerArgs
-    from vfrl.envs.verifiers_v1 import V1Environment
     from vfrl.trainer.orchestrator import Orchestrator
     from vfrl.trainer.step_faults import BatchLost
 
-    env = V1Environment("v1-reverse", harness=harness)
-
     async def run():
-        async with FakeGenerate(str(tiny_model), refuse=True) as fake:
-            client = AsyncOpenAI(base_url=fake.base_url, api_key="k")
+        async with FakeGenerate(str(tiny_model), **fake) as fake_server:
+            client = AsyncOpenAI(base_url=fake_server.base_url, api_key="k")
             args = TrainerArgs(batch_size=2, rollouts_per_example=2, max_tokens=8, eval_strategy="no")
             try:
                 return await Orchestrator(env, client, args.generation).generate(0, "policy-0", 0)
             finally:
                 await env.aclose()
 
-    with pytest.raises(BatchLost, match=r"all 2 rollouts were dropped: 2 failed \(verifiers episode failed, "
-                                        r"ProviderError: Error code: 400 - .*refused by the fake server") as e:
+    with pytest.raises(BatchLost) as e:
         asyncio.run(run())
     assert "\n" not in str(e.value)
+    return str(e.value)
+
+
+@needs_v1
+@pytest.mark.parametrize("harness", ["vfrl_chat_harness", pytest.param("null", marks=needs_uv)])
+def test_a_failing_episode_is_dropped_and_counted(tiny_model, harness):
+    """A server that refuses every generate request: each episode fails, is dropped and counted, and a
+    batch with nothing left stops in one line; the chat loop's failure, in this process or in its own, is the
+    harness's."""
+    from vfrl.envs.verifiers_v1 import V1Environment
+
+    said = lost_batch(V1Environment("v1-reverse", harness=harness), tiny_model, refuse=True)
+    assert re.search(r"all 2 rollouts were dropped: 2 failed \(verifiers episode failed, ProviderError: Error code: "
+                     r"400 - .*refused by the fake server", said), said
+
+
+FRAMES = "".join(f'  File "<verifiers chat program>", line {n}, in chat\n    await step(x=1)\n' for n in range(9))
+
+
+@pytest.mark.parametrize("stderr", [
+    f"Traceback (most recent call last):\n{FRAMES}openai.APIConnectionError: Connection error.\n",
+    # the tail verifiers keeps of a long one: an exception group's, cut mid-path
+    "thon3.11/site-packages/mcp/client/streamable_http.py\", line 323, in post\n"
+    + "".join(f"    | {line}\n" for line in FRAMES.splitlines())
+    + "    | openai.APIConnectionError: Connection error.\n    +------------------------------------\n",
+])
+def test_a_harness_that_exited_on_a_traceback_is_dropped_with_the_exception_that_ended_it(stderr):
+    """verifiers gives a harness program's stderr (its tail, when long) as the error's message: the reason kept
+    its first 300 characters, "Traceback (most recent call last): File ...", and never reached what went wrong."""
+    failed = SimpleNamespace(type="HarnessError", message=f"harness 'h' exited 1: {stderr}")
+    with pytest.raises(DroppedEpisode) as e:
+        episode_rollouts(episode(trace(ok=False, errors=[failed]), ok=False), 0, "", "p")
+    assert str(e.value) == ("verifiers episode failed, HarnessError: harness 'h' exited 1: openai.APIConnectionError: "
+                            "Connection error.")
+
+
+@needs_v1
+def test_tools_for_a_model_whose_template_has_none_stop_in_a_line_that_says_what_to_set(tiny_model, monkeypatch):
+    """v1_calc offers a tool; the tiny model's chat template has no tool syntax, so the renderer verifiers picks
+    refuses the request, and every episode ends: the batch's line says so and names env.renderer."""
+    from vfrl.envs.verifiers_v1 import V1Environment
+
+    monkeypatch.setenv("PYTHONPATH", str(PKGS))  # verifiers starts the tool server as `python -m v1_calc.tools`
+    said = lost_batch(V1Environment("v1-calc"), tiny_model)
+    assert re.search(r"all 2 rollouts were dropped: 2 failed \(verifiers episode failed, HarnessError: .* exited 1: "
+                     r"openai\.\w+Error: .*does not support tools.* set env\.renderer to a renderer with a tool_parser",
+                     said), said
 
 
 @needs_v1

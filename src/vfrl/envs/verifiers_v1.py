@@ -228,17 +228,42 @@ def failing_signal(episode, errors) -> str | None:
     return None
 
 
+TRACEBACK = "Traceback (most recent call last):"
+# the line a traceback ends on, `module.Name: message`, also inside an exception group's `| ` frame
+EXCEPTION_LINE = re.compile(r"^[\s|]*((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*: \S.*)$")
+HINTS = {  # renderers' DefaultRenderer (a model with no template of its own for these) refusing a request
+    "does not support tools": "the model's chat template has no tool syntax: set env.renderer to a renderer with a "
+                              "tool_parser, docs/environments.md, 'Tools on a model whose template has no tool syntax'",
+    "does not support process_multimodal": "the task sends images: it needs a vision-language model",
+}
+
+
+def error_text(error) -> str:
+    """A verifiers error as one line's worth: its type and message, where a message carrying a program's traceback
+    (verifiers gives a harness's stderr, its tail when long) keeps its opening and the exception the traceback ends
+    on; a refusal with a known remedy gets it."""
+    message = error.message
+    lines = message.splitlines()
+    if any(line.lstrip(" |").startswith('File "') for line in lines):
+        head = message.partition(TRACEBACK)[0] if TRACEBACK in message else (
+            m[0] if (m := re.match(r".*? exited -?\d+:", message)) else "")
+        last = next((m[1] for line in reversed(lines) if (m := EXCEPTION_LINE.match(line))), "")
+        message = f"{head.strip()} {last}".strip()
+    hints = [hint for known, hint in HINTS.items() if known in message]
+    return f"{error.type}: {message}" + (f" ({'; '.join(hints)})" if hints else "")
+
+
 def episode_rollouts(episode, example_id: int, answer: Any, policy: str) -> list[Rollout]:
     """A Rollout per trace of a trainable agent (judges' traces are left out); DroppedEpisode for a
     failed episode or one with no sampled token to train."""
     if not episode.ok:
         errors = [e for t in episode.traces for e in t.errors] + list(episode.errors)
-        why = f"{errors[0].type}: {errors[0].message}" if errors else "it did not complete"
+        why = error_text(errors[0]) if errors else "it did not complete"
         if scoring_failed(episode, errors):
             where = failing_signal(episode, errors)
             raise DroppedEpisode("scoring_failed",
                                  one_line(f"verifiers scoring failed{f' in {where}' if where else ''}, {why}", 300))
-        raise DroppedEpisode("failed", one_line(f"verifiers episode failed, {why}", 300))
+        raise DroppedEpisode("failed", one_line(f"verifiers episode failed, {why}", 480))
     rollouts = [trace_rollout(t, example_id, answer, policy) for t in episode.traces
                 if getattr(t.agent, "trainable", True)]
     rollouts = [r for r in rollouts if r is not None]
