@@ -433,6 +433,20 @@ def test_a_module_first_on_the_path_under_a_bundled_environments_name_is_loaded_
 
 
 @needs_v1
+def test_a_harness_package_named_as_an_environment_is_said_to_be_one(monkeypatch):
+    """verifiers' environments/ holds a harness package too (compact): named as an environment, the line says what it
+    is rather than that it lacks load_environment()."""
+    from vfrl.envs.loader import EnvironmentNotFound, load_environment
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "benchmarks" / "v1_harness_bounds"))
+    with pytest.raises(EnvironmentNotFound) as e:
+        load_environment("bound_no_model_call")
+    assert str(e.value) == ("environment 'bound_no_model_call' (module bound_no_model_call) is a verifiers 0.4 harness "
+                            "package (it exports NoModelCallHarness), not an environment: a taskset's roles name it as "
+                            "their harness")
+
+
+@needs_v1
 def test_orchestrator_samples_a_v1_package_through_the_generate_route(tiny_model):
     """The trainer's own Orchestrator, unchanged, on a verifiers 0.4 package: every Rollout's ids are
     exactly what was sent to and returned by /inference/v1/generate, with its mask, logprobs and reward."""

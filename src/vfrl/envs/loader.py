@@ -19,7 +19,7 @@ from pathlib import Path
 
 from vfrl.envs.environment import Environment
 from vfrl.envs.faults import one_line
-from vfrl.envs.verifiers_v1 import V1EnvironmentError, is_v1_module, v1_only
+from vfrl.envs.verifiers_v1 import V1EnvironmentError, is_v1_module, v1_exports, v1_only
 from vfrl.package_folders import installed_from, own_modules_first
 from vfrl.verifiers_compat import load_classic_as_vfrl, verifiers_api, verifiers_taskset
 
@@ -213,6 +213,10 @@ def load_environment(env_id: str, **env_args) -> Environment:
         return load_v1_environment(env_id, package, env_args)
     func = getattr(target, "load_environment", target)
     if not callable(func):
+        if inspect.ismodule(target) and (harnesses := v1_exports(target, "Harness")):
+            raise EnvironmentNotFound(
+                f"environment '{env_id}' ({package}) is a verifiers 0.4 harness package (it exports "
+                f"{', '.join(harnesses)}), not an environment: a taskset's roles name it as their harness")
         raise EnvironmentNotFound(f"environment '{env_id}' ({package}) has no load_environment() function")
     try:
         inspect.signature(func).bind(**env_args)

@@ -83,14 +83,21 @@ class DroppedEpisode(Exception):
         self.kind = kind
 
 
-def is_v1_module(module) -> bool:
-    """Does this imported module export a verifiers 0.4 Taskset (its `__all__`, as verifiers' loader reads it)?"""
+def v1_exports(module, kind: str) -> list[str]:
+    """The names of the subclasses of verifiers 0.4's `kind` ("Taskset", "Harness") that this imported module exports
+    (its `__all__`, as verifiers' loader reads it)."""
     v1 = sys.modules.get("verifiers.v1")  # never import verifiers for a module that did not
     if v1 is None:
-        return False
+        return []
+    base = getattr(v1, kind)
     names = getattr(module, "__all__", None) or [n for n in dir(module) if not n.startswith("_")]
-    return any(isinstance(obj := getattr(module, n, None), type) and issubclass(obj, v1.Taskset)
-               and obj is not v1.Taskset for n in names)
+    return [n for n in names if isinstance(obj := getattr(module, n, None), type) and issubclass(obj, base)
+            and obj is not base]
+
+
+def is_v1_module(module) -> bool:
+    """Does this imported module export a verifiers 0.4 Taskset?"""
+    return bool(v1_exports(module, "Taskset"))
 
 
 def v1_only(env_id: str, renderer: str | dict | None, workers: int) -> str:
@@ -262,7 +269,7 @@ def episode_rollouts(episode, example_id: int, answer: Any, policy: str) -> list
         if scoring_failed(episode, errors):
             where = failing_signal(episode, errors)
             raise DroppedEpisode("scoring_failed",
-                                 one_line(f"verifiers scoring failed{f' in {where}' if where else ''}, {why}", 300))
+                                 one_line(f"verifiers scoring failed{f' in {where}' if where else ''}, {why}", 480))
         raise DroppedEpisode("failed", one_line(f"verifiers episode failed, {why}", 480))
     rollouts = [trace_rollout(t, example_id, answer, policy) for t in episode.traces
                 if getattr(t.agent, "trainable", True)]
