@@ -5,22 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from vfrl.envs.messages import message_field
 from vfrl.types import TrajectoryStepTokens
 
 
-def _get(obj: Any, key: str, default: Any = None) -> Any:
-    """A field of the openai client's typed objects, of vfrl's plain ones, or of a dict."""
-    return obj.get(key, default) if isinstance(obj, dict) else getattr(obj, key, default)
-
-
 def _logprobs(choice: Any, message_type: str) -> list[float] | None:
-    logprobs = _get(choice, "logprobs")
+    logprobs = message_field(choice, "logprobs")
     if logprobs is None:
         return None
     if message_type == "completion":
-        return _get(logprobs, "token_logprobs")
-    content = _get(logprobs, "content")
-    return None if content is None else [_get(token, "logprob") for token in content]
+        return message_field(logprobs, "token_logprobs")
+    content = message_field(logprobs, "content")
+    return None if content is None else [message_field(token, "logprob") for token in content]
 
 
 async def parse_response_tokens(response: Any, message_type: str = "chat",
@@ -28,12 +24,12 @@ async def parse_response_tokens(response: Any, message_type: str = "chat",
     """The call's prompt and completion token ids and the completion's logprobs, or None where the server did not
     return them (vLLM does with `return_token_ids` and `logprobs`, as `state["sampling_args"]` asks); cut to
     `max_seq_len` as verifiers cuts them: an overlong prompt keeps no completion."""
-    choices = _get(response, "choices") or []
+    choices = message_field(response, "choices") or []
     if len(choices) != 1:
         return None
     choice = choices[0]
-    prompt_ids = _get(choice if message_type == "completion" else response, "prompt_token_ids")
-    completion_ids = _get(choice, "token_ids")
+    prompt_ids = message_field(choice if message_type == "completion" else response, "prompt_token_ids")
+    completion_ids = message_field(choice, "token_ids")
     logprobs = _logprobs(choice, message_type)
     if prompt_ids is None or completion_ids is None or logprobs is None:
         return None
@@ -62,17 +58,18 @@ def _dump(call: Any) -> dict[str, Any]:
 async def parse_response_messages(response: Any, message_type: str = "chat") -> list[dict[str, Any]] | str:
     """The reply as the messages a completion adds (chat: one assistant message with its tool calls), or its text
     (a completion environment)."""
-    choices = _get(response, "choices") or []
+    choices = message_field(response, "choices") or []
     if message_type == "completion":
-        return (_get(choices[0], "text") or "") if choices else ""
-    message = _get(choices[0], "message") if choices else None
-    reply: dict[str, Any] = {"role": "assistant", "content": (_get(message, "content") or "") if message else ""}
-    if message is not None and (calls := _get(message, "tool_calls")):
+        return (message_field(choices[0], "text") or "") if choices else ""
+    message = message_field(choices[0], "message") if choices else None
+    content = (message_field(message, "content") or "") if message else ""
+    reply: dict[str, Any] = {"role": "assistant", "content": content}
+    if message is not None and (calls := message_field(message, "tool_calls")):
         reply["tool_calls"] = [_dump(call) for call in calls]
     return [reply]
 
 
 async def parse_is_truncated(response: Any, message_type: str = "chat") -> bool:
     """Did the reply stop at its token limit?"""
-    choices = _get(response, "choices") or []
-    return bool(choices) and _get(choices[0], "finish_reason") == "length"
+    choices = message_field(response, "choices") or []
+    return bool(choices) and message_field(choices[0], "finish_reason") == "length"
