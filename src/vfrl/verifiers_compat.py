@@ -148,6 +148,11 @@ class ClassicPackageFinder(importlib.abc.MetaPathFinder):
 def load_classic_as_vfrl(package: str) -> None:
     """Every later import of `package` (and its submodules) in this process reads it against vfrl's API, and so
     does every import of the classic modules it ships beside it (`companions`)."""
+    def read_as_vfrl(name: str) -> bool:
+        return any(isinstance(f, ClassicPackageFinder) and f.package == name for f in sys.meta_path)
+
+    if read_as_vfrl(package):
+        return  # loaded before in this process, its companions with it (finding them reads every distribution)
     for name in [package, *(c for c in companions(package) if verifiers_api(c) == "classic")]:
-        if not any(isinstance(f, ClassicPackageFinder) and f.package == name for f in sys.meta_path):
+        if not read_as_vfrl(name):
             sys.meta_path.insert(0, ClassicPackageFinder(name))

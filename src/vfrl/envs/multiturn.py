@@ -20,13 +20,13 @@ text is appended as sampled, and `state["completion"]` is the text after the pro
 
 from __future__ import annotations
 
-import inspect
 import logging
 from typing import Any
 
 from vfrl.envs.environment import Environment, Messages, Rollout, marked
 from vfrl.envs.faults import is_rejected_request, request_error_text
 from vfrl.envs.group_request import group_member
+from vfrl.envs.hook_results import State, Verdict, maybe_await, positional_params
 from vfrl.envs.messages import Message, messages as as_messages
 from vfrl.envs.rubric import call_with_named_args
 from vfrl.envs.sampling import CompletionSampler, SequenceError, TurnSampler, sampling_request
@@ -34,10 +34,6 @@ from vfrl.envs.tool_defs import Tool
 from vfrl.errors import Error
 
 log = logging.getLogger(__name__)
-
-
-async def maybe_await(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
 
 
 def stop(func=None, priority: int = 0):
@@ -93,38 +89,42 @@ class MultiTurnEnv(Environment):
         self.cleanup_handlers = marked(self, "cleanup")
 
     async def finished(self, messages: Messages, state: dict[str, Any]) -> bool:
-        if await maybe_await(self.is_completed(messages, state)):
+        # a package's is_completed may take (messages, state) or, as verifiers' later releases, (state)
+        asked = (messages, state) if positional_params(self.is_completed) >= 2 else (state,)
+        if await maybe_await(self.is_completed(*asked)):
             return True
         for condition in self.stop_conditions:
             if await maybe_await(call_with_named_args(condition, {"state": state, "messages": messages})):
                 return True
         return False
 
-    # ---- what a subclass overrides ----
-    def setup_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        return state
+    # ---- what a subclass overrides (sync or async; a base hook's result is read with or without await,
+    # hook_results.py says why) ----
+    def setup_state(self, state: dict[str, Any], **kwargs: Any) -> State:
+        return state if isinstance(state, State) else State(state)
 
-    def is_completed(self, messages: Messages, state: dict[str, Any]) -> bool:
-        return False
+    def is_completed(self, *args: Any, **kwargs: Any) -> Verdict:
+        """`(messages, state)` or `(state)`. No: the loop asks the stop conditions and max_turns itself."""
+        return Verdict(False)
 
-    def env_response(self, messages: Messages | str, state: dict[str, Any]) -> Messages | str:
+    def env_response(self, messages: Messages | str, state: dict[str, Any], **kwargs: Any) -> Messages | str:
         raise NotImplementedError(f"{type(self).__name__} must implement env_response(messages, state)")
 
     # verifiers' own stop conditions, which packages call from theirs (`return await self.max_turns_reached(state)`).
     # The loop asks max_turns_reached after each reply, where verifiers asks its stop conditions (before
     # env_response): every step of the trajectory counts, a package's own model calls too, and a package's override
     # decides instead. It checks the others itself (a vf.Error, final_env_response, a turn that no longer fits).
-    async def max_turns_reached(self, state: dict[str, Any]) -> bool:
-        return len(state["trajectory"]) >= self.max_turns > 0
+    def max_turns_reached(self, state: dict[str, Any], **kwargs: Any) -> Verdict:
+        return Verdict(len(state["trajectory"]) >= self.max_turns > 0)
 
-    async def prompt_too_long(self, state: dict[str, Any]) -> bool:
-        return bool(state.get("prompt_too_long", False))
+    def prompt_too_long(self, state: dict[str, Any], **kwargs: Any) -> Verdict:
+        return Verdict(state.get("prompt_too_long", False))
 
-    async def has_error(self, state: dict[str, Any], **kwargs) -> bool:
-        return state.get("error") is not None
+    def has_error(self, state: dict[str, Any], **kwargs: Any) -> Verdict:
+        return Verdict(state.get("error") is not None)
 
-    async def has_final_env_response(self, state: dict[str, Any]) -> bool:
-        return state.get("final_env_response") is not None
+    def has_final_env_response(self, state: dict[str, Any], **kwargs: Any) -> Verdict:
+        return Verdict(state.get("final_env_response") is not None)
 
     def tools_for_request(self, state: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The OpenAI `tools` of the rollout's next request: its `state["tool_defs"]`."""
@@ -141,14 +141,14 @@ class MultiTurnEnv(Environment):
         text = self.message_type == "completion"  # the conversation is one str (see the module docstring)
         prompt = self.prompt_of(row)
         prompt = prompt if text else as_messages(prompt)
-        state: dict[str, Any] = {
+        state = State({
             "prompt": prompt, "answer": row.get("answer", ""), "task": row.get("task", "default"),
             "info": dict(row.get("info") or {}), "example_id": example_id, "turn": 0, "completion": "" if text else [],
             "truncated": False, "input": row, "trajectory": [],
             # as verifiers gives them, for a package's own calls to the policy (another seat of a game)
             "client": client, "model": model, "sampling_args": sampling_request({**self.sampling_args, **sampling},
                                                                                 record_tokens),
-        }
+        })
         info = state["info"]
         tool_defs = info["tool_defs"] if "tool_defs" in info else self.tool_defs
         state["tool_defs"] = [Tool.of(t) for t in tool_defs or []]

@@ -21,6 +21,8 @@ from typing import Any, Callable
 
 from vfrl.daemon_pool import DaemonPool
 from vfrl.envs.environment import Messages
+from vfrl.envs.hook_results import Returned, Verdict, maybe_await, messages_and_state, positional_params
+from vfrl.envs.messages import Message, content_text, message_field
 from vfrl.envs.multiturn import MultiTurnEnv
 from vfrl.envs.sampling import parse_tool_calls
 from vfrl.envs.tool_defs import Tool, convert_func_to_tool_def, tool_schema  # noqa: F401 - classic import path
@@ -57,15 +59,21 @@ class ToolEnv(MultiTurnEnv):
     def oai_tools(self, schemas: list[dict[str, Any]] | None) -> None:
         self.tool_defs = [Tool.of(s) for s in schemas or []]
 
-    def is_completed(self, messages: Messages, state: dict[str, Any]) -> bool:
-        last = messages[-1] if messages else {}
-        return last.get("role") == "assistant" and not parse_tool_calls(last)
+    def is_completed(self, *args: Any, **kwargs: Any) -> Verdict:
+        """`(messages, state)` or `(state)`: did the model's last reply call no tool?"""
+        messages, state = messages_and_state(args, kwargs)
+        conversation = messages if messages is not None else state.get("completion")
+        last = Message.of(conversation[-1]) if conversation else Message()
+        return Verdict(last.get("role") == "assistant" and not parse_tool_calls(last))
 
     def update_tool_args(self, tool_name: str, tool_args: dict[str, Any], messages: Messages,
-                         state: dict[str, Any]) -> dict[str, Any]:
-        return tool_args
+                         state: dict[str, Any], **kwargs: Any) -> Returned:
+        return Returned(tool_args)
 
-    async def call_tool(self, tool_name: str, tool_args: dict[str, Any]) -> str:
+    async def call_tool(self, tool_name: str, tool_args: dict[str, Any], tool_call_id: str = "",
+                        **kwargs: Any) -> Message:
+        """Run the tool; its result as the tool message (verifiers' signature and return, which packages that
+        override it call and read: `msg = await super().call_tool(name, args, tool_call_id, **kwargs)`)."""
         tool = self.tool_map[tool_name]
         if inspect.iscoroutinefunction(tool):
             result = tool(**tool_args)
@@ -73,7 +81,8 @@ class ToolEnv(MultiTurnEnv):
             result = await SYNC_TOOLS.run(lambda: tool(**tool_args))
         if inspect.isawaitable(result):
             result = await result
-        return result if isinstance(result, str) else json.dumps(result, default=str)
+        content = result if isinstance(result, str) else json.dumps(result, default=str)
+        return Message({"role": "tool", "content": content, "tool_call_id": tool_call_id})
 
     async def env_response(self, messages: Messages, state: dict[str, Any]) -> Messages:
         replies = []
@@ -87,8 +96,11 @@ class ToolEnv(MultiTurnEnv):
                     raise TypeError("tool arguments must be a JSON object")
                 hidden = self.skipped_args[name]
                 args = {k: v for k, v in args.items() if k not in hidden}  # the model may not set them
-                args = self.update_tool_args(name, args, messages, state)
-                content = await self.call_tool(name, args)
+                args = await maybe_await(self.update_tool_args(name, args, messages, state))
+                # a package's override may take verifiers' tool_call_id or not, and return a message or its text
+                asked = (name, args, call.get("id", ""))[:3 if positional_params(self.call_tool) >= 3 else 2]
+                result = await maybe_await(self.call_tool(*asked))
+                content = result if isinstance(result, str) else content_text(message_field(result, "content"))
             except Exception as e:  # the model's mistake (or the tool's) is the model's to read
                 content = f"Error: {type(e).__name__}: {e}"
                 state["tool_errors"] = state.get("tool_errors", 0) + 1
