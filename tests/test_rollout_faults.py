@@ -96,14 +96,14 @@ class Failing(FakeOpenAI):
 
 # ---- row 1: reward functions that raise, return NaN or no number, or hang ----
 
-def test_a_raising_reward_function_zeroes_the_rollout_names_why_and_the_others_still_run():
+def test_a_raising_reward_function_scores_zero_alone_names_why_and_the_others_keep_their_scores():
     def broken(completion):
         raise KeyError("oops")
 
     ran = []
     env = env_with(right, broken, lambda: ran.append(1) or 1.0)
     for r in group(env, FakeOpenAI(reverse), n=2):
-        assert r.reward == 0.0  # not 1 + 0 + 1: a partial sum would depend on which function broke
+        assert r.reward == 2.0  # 1 + 0 + 1: as verifiers' Rubric, only the function that broke scores 0
         assert r.reward_errors == {"broken": "raised KeyError: 'oops'"}
         assert r.metrics == {"right": 1.0, "broken": 0.0, "<lambda>": 1.0, "reward_errors": 1.0}
     assert len(ran) == 2
@@ -120,7 +120,8 @@ def test_nan_infinity_and_non_numbers_are_reward_errors(value, why):
 
     env = env_with(right, odd)
     [r] = group(env, FakeOpenAI(reverse), n=1)
-    assert r.reward == 0.0 and r.metrics["reward_errors"] == 1.0 and r.reward_errors["odd"].startswith(why)
+    assert r.reward == 1.0 and r.metrics["reward_errors"] == 1.0 and r.reward_errors["odd"].startswith(why)
+    assert r.metrics["odd"] == 0.0
 
 
 @pytest.mark.parametrize("value", [True, 1, 0.5, torch.tensor(0.5)])
@@ -130,15 +131,15 @@ def test_numbers_of_any_kind_are_scores(value):
     assert r.reward == float(value) and r.reward_errors == {}
 
 
-def test_a_rubric_group_with_one_failing_function_gives_the_rollout_reward_zero():
+def test_a_rubric_group_with_one_failing_function_keeps_the_other_rubrics_reward():
     env = vfrl.SingleTurnEnv(dataset=[{"question": "abc", "answer": "cba"}], rubric=vfrl.RubricGroup(
         [Rubric([right]), Rubric([lambda: math.nan])]))
     [r] = group(env, FakeOpenAI(reverse), n=1)
-    assert r.reward == 0.0 and r.metrics["right"] == 1.0 and r.reward_errors == {"<lambda>": "returned nan"}
+    assert r.reward == 1.0 and r.metrics["right"] == 1.0 and r.reward_errors == {"<lambda>": "returned nan"}
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
-def test_a_hanging_reward_function_is_given_up_at_the_time_limit_and_the_rollout_kept_with_reward_zero(kind):
+def test_a_hanging_reward_function_is_given_up_at_the_time_limit_and_the_rollout_kept_scoring_it_zero(kind):
     """A sync function blocks its thread (an event loop cannot interrupt it), an async one its task."""
     release = threading.Event()
 
@@ -159,7 +160,7 @@ def test_a_hanging_reward_function_is_given_up_at_the_time_limit_and_the_rollout
         release.set()  # let the abandoned threads end
     assert len(rollouts) == 2 and faults.total == 0
     for r in rollouts:
-        assert r.reward == 0.0 and r.metrics["right"] == 1.0
+        assert r.reward == 1.0 and r.metrics["right"] == 1.0 and r.metrics[hangs.__name__] == 0.0
         # the function that used the time up is the one to blame; the one after it was not run
         assert r.reward_errors == {hangs.__name__: "did not return within the rollout's time limit"}
     assert ran_after == []
@@ -397,7 +398,7 @@ def test_reward_errors_are_counted_per_function_and_warned_about_below_the_limit
     orch, _ = orchestrator(env, FakeOpenAI(reverse), max_reward_error_fraction=0.5)
     batch = run(orch.generate(0, "m", 0))
     assert batch.metrics["reward_errors/flaky"] == 2.0 and batch.metrics["reward_errors/right"] == 0.0
-    assert [r.reward for r in batch.rollouts if r.reward_errors] == [0.0, 0.0]
+    assert [r.reward for r in batch.rollouts if r.reward_errors] == [1.0, 1.0]  # `right` still scored them
     assert batch.warning == ("step 1: reward function 'flaky' failed on 2 of 8, scored 0 "
                              "(raised ValueError: cannot score 'fe')")
 

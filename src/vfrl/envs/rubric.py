@@ -2,11 +2,12 @@
 
 The reward is the weighted sum of the functions' scores; each score is also a metric under the
 function's name. A function that fails (raises, returns NaN, infinity or something that is not a
-number, or is still running when the rollout's time limit is up) scores 0, is counted in the
-`reward_errors` metric, and makes the rollout's reward 0: a partial sum would depend on which
-function broke. Why it failed goes to `state["reward_errors"]` (name -> reason), which the
-environment copies onto the rollout. The other functions still run (those after one that used
-up the time limit do not), and training goes on.
+number, or is still running when the rollout's time limit is up) scores 0 and the others keep their
+scores, as in verifiers (its classic Rubric logs the error and scores that function 0.0), so a package
+gives the same rewards in both. The failure is counted in the `reward_errors` metric, and why it failed
+goes to `state["reward_errors"]` (name -> reason), which the environment copies onto the rollout (the
+trainer warns, and stops a run where one function fails on most rollouts: trainer/step_faults.py). The
+other functions still run (those after one that used up the time limit do not), and training goes on.
 
 Sync functions run in worker threads (vfrl/daemon_pool.py), so that one that never returns can be given
 up on at the time limit; they may therefore run concurrently with other rollouts' functions.
@@ -84,7 +85,7 @@ class Rubric:
         return names
 
     async def score(self, **available: Any) -> tuple[float, dict[str, float]]:
-        """Returns (weighted reward, {func name: score, "reward_errors": count}); reward 0 if any failed."""
+        """Returns (weighted reward, {func name: score, "reward_errors": count}); a failed function scores 0."""
         available.setdefault("parser", self.parser)
         for name, obj in self.class_objects.items():
             available.setdefault(name, obj)
@@ -100,7 +101,7 @@ class Rubric:
             if error is not None:
                 log.debug("reward function %s %s; scored 0", name, error)
                 errors[name] = error
-        reward = 0.0 if errors else sum(w * metrics[n] for n, w in zip(self.metric_names(), weights))
+        reward = sum(w * metrics[n] for n, w in zip(self.metric_names(), weights))
         metrics["reward_errors"] = float(len(errors))
         if errors:
             state.setdefault("reward_errors", {}).update(errors)
@@ -157,4 +158,4 @@ class RubricGroup(Rubric):
             total += reward
             for name, value in metrics.items():
                 merged[name] = merged.get(name, 0.0) + value
-        return (0.0 if merged.get("reward_errors") else total), merged
+        return total, merged
