@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from vfrl.envs.faults import (
-    RolloutFaults, is_rejected_request, one_line, request_error_text, seconds_left, start_clock,
+    RolloutFailed, RolloutFaults, is_rejected_request, one_line, own_line, request_error_text, seconds_left,
+    start_clock,
 )
 from vfrl.envs.group_request import GroupRequest
 from vfrl.envs.messages import content_text, message_field, messages
@@ -81,7 +82,7 @@ class Rollout:
     # (record_tokens=False: plain requests, no token sequence kept)
     sequence_mode: str = "chat"
     error: str | None = None  # why the rollout ended early, if a request failed
-    # reward function name -> what went wrong (raised, hung, NaN, not a number); reward is 0 when any did
+    # reward function name -> what went wrong (raised, hung, NaN, not a number); that function scored 0
     reward_errors: dict[str, str] = field(default_factory=dict)
     # the rollout's other token sequences, each trained as a row of its own with this rollout's advantage
     more_branches: list[TokenBranch] = field(default_factory=list)
@@ -341,10 +342,14 @@ class Environment:
                     faults.drop("timed_out", late)
                     return None
                 except Exception as e:
-                    if faults is None or not is_rejected_request(e):
-                        raise
-                    faults.drop("rejected", request_error_text(e))
-                    return None
+                    if faults is not None and is_rejected_request(e):
+                        faults.drop("rejected", request_error_text(e))
+                        return None
+                    if at := own_line(e, self):  # the package's bug: said in one line with its line
+                        raise RolloutFailed(one_line(
+                            f"environment '{self.env_id}': a rollout of example {example_id} raised "
+                            f"{type(e).__name__}: {e}", 400) + f" (at {at})") from e
+                    raise
             if (left := seconds_left(deadline)) is not None and left <= 0:  # no time left to score it in
                 faults.drop("timed_out", late)
                 return None

@@ -10,7 +10,7 @@ The rule is "keep what the server sampled, drop what has nothing to keep":
   limit is up: dropped. Its sequence is unfinished and nothing says whose fault the stall was, so a
   reward of 0 would teach the policy against an infrastructure hiccup; dropping keeps its group's
   baseline honest. A reward function that overruns the limit is the exception: the rollout is whole,
-  so it is kept with reward 0 like any other reward-function fault (rubric.py);
+  so it is kept, that function scoring 0, like any other reward-function fault (rubric.py);
 - connection errors, 5xx, 401/403 (the key), 404 (the model or adapter is not served), 408 and 429
   are about the server, not the request: they propagate, as every request would fail the same way.
 
@@ -20,9 +20,12 @@ The rule is "keep what the server sampled, drop what has nothing to keep":
 from __future__ import annotations
 
 import contextvars
+import sys
 import time
+import traceback
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import openai
 
@@ -93,3 +96,43 @@ class RolloutFaults:
     def describe(self) -> str:
         """`3 rejected (HTTP 400: ...), 1 timed out (...)`."""
         return ", ".join(f"{n} {kind.replace('_', ' ')} ({self.first[kind]})" for kind, n in self.dropped.items())
+
+
+def reward_error_counts(rollouts: list) -> dict[str, int]:
+    """Reward function name -> scored rollouts it failed on, for every function the rollouts report.
+
+    Only rollouts scored by a vfrl rubric (rubric.py: their metrics hold `reward_errors`) name functions: a
+    verifiers 0.4 rollout's metrics are its taskset's rewards and `@vf.metric`s, and a scoring function that
+    raises there fails the whole episode, which is dropped with verifiers' reason (verifiers_v1.py)."""
+    names = {n for r in rollouts if "reward_errors" in r.metrics or r.reward_errors
+             for n in [*r.metrics, *r.reward_errors] if n != "reward_errors"}
+    return {n: sum(n in r.reward_errors for r in rollouts) for n in sorted(names)}
+
+
+def first_reason(rollouts: list, name: str) -> str:
+    """Why reward function `name` failed, on the first rollout where it did."""
+    return next(r.reward_errors[name] for r in rollouts if name in r.reward_errors)
+
+
+class RolloutFailed(RuntimeError):
+    """An environment's own code raised during a rollout; the message is one line naming the environment, the
+    error and the package's line it came from (the traceback stays on `__cause__`, for the log)."""
+
+    worded_for_users = True  # vf-train and vf-eval print the message alone
+
+
+def own_line(e: BaseException, env: object) -> str | None:
+    """`file.py:12`, the innermost frame of `e`'s traceback in the source of `env`'s own package (the module that
+    defines its class, or that module's package folder); None when the error did not pass through it (vfrl's own,
+    the server's)."""
+    module = sys.modules.get(type(env).__module__)
+    file = getattr(module, "__file__", None)
+    if not file or type(env).__module__.split(".")[0] == "vfrl":
+        return None
+    home = Path(file).resolve()
+    home = home.parent if home.name == "__init__.py" else home
+    for frame in reversed(traceback.extract_tb(e.__traceback__)):
+        path = Path(frame.filename).resolve()
+        if path == home or home in path.parents:
+            return f"{path.name}:{frame.lineno}"
+    return None

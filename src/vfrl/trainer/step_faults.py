@@ -13,7 +13,7 @@ that failed, which drops its episode, is held to the same limit, of the rollouts
 from __future__ import annotations
 
 from vfrl.envs.environment import Rollout
-from vfrl.envs.faults import RolloutFaults, one_line
+from vfrl.envs.faults import RolloutFaults, first_reason, one_line, reward_error_counts
 
 
 class RolloutFaultError(RuntimeError):
@@ -32,21 +32,6 @@ class RewardFunctionFailing(RolloutFaultError):
 
 class BatchTimedOut(RolloutFaultError):
     pass
-
-
-def reward_error_counts(rollouts: list[Rollout]) -> dict[str, int]:
-    """Reward function name -> scored rollouts it failed on, for every function the rollouts report.
-
-    Only rollouts scored by a vfrl rubric (rubric.py: their metrics hold `reward_errors`) name functions: a
-    verifiers 0.4 rollout's metrics are its taskset's rewards and `@vf.metric`s, and a scoring function that
-    raises there fails the whole episode, which is dropped with verifiers' reason (verifiers_v1.py)."""
-    names = {n for r in rollouts if "reward_errors" in r.metrics or r.reward_errors
-             for n in [*r.metrics, *r.reward_errors] if n != "reward_errors"}
-    return {n: sum(n in r.reward_errors for r in rollouts) for n in sorted(names)}
-
-
-def first_reason(rollouts: list[Rollout], name: str) -> str:
-    return next(r.reward_errors[name] for r in rollouts if name in r.reward_errors)
 
 
 def check_step(step: int, rollouts: list[Rollout], faults: RolloutFaults, requested: int,

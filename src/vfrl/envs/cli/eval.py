@@ -17,6 +17,7 @@ import json
 import os
 import statistics
 import time
+import traceback
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
@@ -28,7 +29,7 @@ import typer
 from vfrl.envs.at_k import at_k
 from vfrl.envs.cli import fail
 from vfrl.envs.cli.eval_defaults import EVAL_DEFAULTS, read_eval_defaults
-from vfrl.envs.faults import RolloutFaults
+from vfrl.envs.faults import RolloutFailed, RolloutFaults, first_reason, reward_error_counts
 from vfrl.envs.messages import json_default
 from vfrl.envs.sampling import MissingTokenIds, probe_token_ids
 
@@ -337,6 +338,10 @@ async def run_job(job: EvalJob, env) -> None:
             line = str(e)
         if line is None:
             raise
+        if isinstance(e, RolloutFailed) and out is not None:  # the package's bug: its traceback is for its author
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "traceback.txt").write_text("".join(traceback.format_exception(e)))
+            line += f"; the traceback is in {out / 'traceback.txt'}"
         fail(PROG, line)
     finally:
         if hasattr(env, "aclose"):  # its @teardown methods, or a verifiers 0.4 environment's serving resources
@@ -348,6 +353,31 @@ async def run_job(job: EvalJob, env) -> None:
     said = (f"reward mean {summary['reward']['mean']:.4f}" if summary["reward"] is not None
             else f"{len(rollouts)} rollouts, not scored (the environment sets score_rollouts=False)")
     typer.echo(f"{PROG}: {said}; wrote {out}/results.jsonl and metadata.json")
+    if stop := scoring_failures(rollouts, faults, job.n * job.opts["rollouts_per_example"]):
+        fail(PROG, stop)
+
+
+def scoring_failures(rollouts: list, faults: RolloutFaults, requested: int) -> str | None:
+    """Say each reward function that failed (one line each: which, on how many, why); return the line to stop on
+    where vf-train would stop a run (trainer.args.max_reward_error_fraction's default), else None."""
+    from vfrl.config import TrainerArgs
+
+    limit = TrainerArgs.model_fields["max_reward_error_fraction"].default
+    stop = None
+    for name, n in reward_error_counts(rollouts).items():
+        if n:
+            why = first_reason(rollouts, name)
+            typer.echo(f"{PROG}: reward function {name!r} failed on {n} of {len(rollouts)} rollouts and scored 0 "
+                       f"there; it {why}", err=True)
+            if n > limit * len(rollouts) and stop is None:
+                stop = (f"reward function {name!r} failed on {n} of {len(rollouts)} rollouts (more than "
+                        f"{limit:g}, where vf-train stops a run): it {why}; fix the function (each rollout's "
+                        "reward_errors are in results.jsonl)")
+    scoring = faults.dropped["scoring_failed"]
+    if stop is None and scoring > limit * requested:
+        stop = (f"the environment's scoring failed on {scoring} of {requested} rollouts (more than {limit:g}, where "
+                f"vf-train stops a run), e.g. {faults.first['scoring_failed']}; fix the @vf.reward or @vf.metric")
+    return stop
 
 
 async def pick_model(client, model: str | None, base_url: str) -> str:
