@@ -380,12 +380,90 @@ def test_eval_user_errors_are_one_line(tmp_path, monkeypatch):
     assert "is not installed" in one_error_line(run_cli("vf-eval", "no-such-env", "-b", url), "vf-eval")
     assert "not valid JSON" in one_error_line(run_cli("vf-eval", "reverse-text", "-a", "{num: 1}"), "vf-eval")
     assert "JSON object" in one_error_line(run_cli("vf-eval", "reverse-text", "-a", "[1]"), "vf-eval")
-    assert "does not take these args" in one_error_line(
-        run_cli("vf-eval", "reverse-text", "-a", '{"no_such_arg": 1}'), "vf-eval")
+    assert "its load_environment() does not take 'no_such_arg' (it takes: num_train_examples," in one_error_line(
+        run_cli("vf-eval", "reverse-text", "-a", '{"no_such_arg": 1, "seed": 3}'), "vf-eval")
     assert "cannot reach" in one_error_line(run_cli("vf-eval", "reverse-text", "-b", url), "vf-eval")
     assert "is not set" in one_error_line(
         run_cli("vf-eval", "reverse-text", "-b", url, "-k", "VFRL_TEST_UNSET_KEY"), "vf-eval")
     assert not (tmp_path / "outputs").exists()  # no empty result folders left behind
+
+
+FLAKY_PACKAGE = """
+import vfrl as vf
+
+
+def right(completion, answer) -> float:
+    return float(completion[-1]["content"] == answer)
+
+
+def judge(completion, info) -> float:
+    if completion[-1]["content"] in info["breaks_on"]:
+        raise TimeoutError("judge did not answer")
+    return 0.5
+
+
+def load_environment(breaks_on: list):
+    rows = [{"question": q, "answer": q[::-1], "info": {"breaks_on": breaks_on}} for q in ("ab", "cd", "ef", "gh")]
+    return vf.SingleTurnEnv(dataset=rows, rubric=vf.Rubric(funcs=[right, judge]))
+"""
+
+
+@pytest.mark.parametrize("breaks_on, code", [(["fe"], 0), (["ba", "dc", "fe"], 1)])
+def test_eval_names_a_failing_reward_function_in_one_line_and_fails_where_training_would_stop(
+        tmp_path, monkeypatch, breaks_on, code):
+    """One line per failing function (which, on how many, why), the others' scores kept (verifiers' semantics);
+    on more than vf-train's max_reward_error_fraction of the rollouts vf-eval exits 1 as vf-train would stop,
+    its results written first."""
+    import openai
+
+    (tmp_path / "flaky_judge.py").write_text(FLAKY_PACKAGE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(openai, "AsyncOpenAI", lambda **kw: FakeOpenAI(
+        lambda prompt: prompt.split("user\n")[-1].split("<|im_end|>")[0][::-1]))  # always right
+    done = run_cli("vf-eval", "flaky_judge", "-a", json.dumps({"breaks_on": breaks_on}), "-n", "4", "-r", "1",
+                   "-m", "m", "--token-ids", "on", "-o", "out")
+    assert done.returncode == code, done.stdout + done.stderr
+    n = len(breaks_on)
+    assert (f"vf-eval: reward function 'judge' failed on {n} of 4 rollouts and scored 0 there; it raised "
+            "TimeoutError: judge did not answer") in done.stderr.splitlines()
+    rewards = sorted(json.loads(line)["reward"] for line in (tmp_path / "out/results.jsonl").read_text().splitlines())
+    assert rewards == [1.0] * n + [1.5] * (4 - n)  # `right` still scores where `judge` failed
+    assert (tmp_path / "out/metadata.json").is_file()
+    if code:
+        assert one_error_line(done, "vf-eval") == (
+            "vf-eval: error: reward function 'judge' failed on 3 of 4 rollouts (more than 0.5, where vf-train stops a "
+            "run): it raised TimeoutError: judge did not answer; fix the function (each rollout's reward_errors are "
+            "in results.jsonl)")
+
+
+BROKEN_HOOK_PACKAGE = """
+import verifiers as vf
+
+
+class Broken(vf.MultiTurnEnv):
+    async def env_response(self, messages, state, **kwargs):
+        return [{"role": "user", "content": state["no_such_key"]}]
+
+
+def load_environment():
+    return Broken(dataset=[{"question": "ab", "answer": "ba"}], max_turns=3)
+"""
+
+
+def test_eval_says_a_packages_own_rollout_bug_in_one_line_with_its_line_and_keeps_the_traceback(
+        tmp_path, monkeypatch):
+    import openai
+
+    (tmp_path / "broken_hook.py").write_text(BROKEN_HOOK_PACKAGE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(openai, "AsyncOpenAI", lambda **kw: FakeOpenAI(lambda prompt: "hi"))
+    done = run_cli("vf-eval", "broken_hook", "-n", "1", "-r", "1", "-m", "m", "--token-ids", "on", "-o", "out")
+    assert one_error_line(done, "vf-eval") == (
+        "vf-eval: error: environment 'broken_hook': a rollout of example 0 raised KeyError: 'no_such_key' (at "
+        f"broken_hook.py:7); the traceback is in {Path('out/traceback.txt')}")
+    assert "state[\"no_such_key\"]" in (tmp_path / "out/traceback.txt").read_text()
 
 
 def test_eval_reports_a_user_error_in_the_console_script_without_traceback(tmp_path):

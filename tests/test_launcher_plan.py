@@ -525,11 +525,50 @@ def test_an_environment_that_is_not_installed_stops_the_launch_in_one_line(tmp_p
     result = CliRunner().invoke(cli.app, args)
     assert result.exit_code == 2
     line = result.stderr.strip()
-    assert line.startswith('vf-rl: error: cfg.toml: env.id = "no-such-env" is invalid: no such environment is '
-                           'installed (installed: ') and "reverse-text" in line and "\n" not in line
+    assert line.startswith('vf-rl: error: cfg.toml: env.id = "no-such-env" is invalid: environment \'no-such-env\' '
+                           'is not installed (installed: ') and "reverse-text" in line and "\n" not in line
+    assert line.endswith("install it with `vf-install no-such-env` (a folder: `vf-install --path DIR`)")
     assert not (tmp_path / "outputs").exists()
     dry = CliRunner().invoke(cli.app, [*args[:-1], "--dry-run"])  # the plan is still shown, with a warning
     assert dry.exit_code == 0 and "vf-rl: warning: cfg.toml: env.id" in dry.stderr
+
+
+def test_wrong_env_args_stop_the_launch_in_one_line_naming_only_the_wrong_ones(tmp_path, monkeypatch):
+    """Before vLLM starts (it took 37 s to be told), from the package's own `def load_environment`: the unknown
+    name with its nearest, the right one left unnamed."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cfg.toml").write_text((ROOT / "configs/rl/quickstart.toml").read_text())
+    args = ["run", "cfg.toml", "--env.id", "calculator", "--env.args.max_turn", "3", "--env.args.seed", "1",
+            "--model", "Qwen/Qwen2.5-0.5B-Instruct", "--tmux-socket", f"vfrl-env-{os.getpid()}", "--detach"]
+    result = CliRunner().invoke(cli.app, args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == (
+        'vf-rl: error: cfg.toml: env.id = "calculator": its load_environment() does not take \'max_turn\' (did you '
+        "mean 'max_turns'?) (it takes: num_train_examples, num_eval_examples, max_turns, style, seed); fix env.args")
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_an_unknown_environment_id_names_the_nearest_installed_one(monkeypatch):
+    from vfrl import installed_envs
+
+    monkeypatch.setattr(installed_envs, "installed_environments", lambda: ["hanabi", "reverse-text", "sad"])
+    line = installed_envs.not_installed_line("sadd")
+    assert line == ("environment 'sadd' is not installed; did you mean 'sad'? (installed: hanabi, reverse-text, sad); "
+                    "install it with `vf-install sadd` (a folder: `vf-install --path DIR`)")
+    assert "did you mean" not in installed_envs.not_installed_line("zzzz")
+
+
+def test_installed_environments_are_entry_points_and_distributions_that_require_verifiers(tmp_path, monkeypatch):
+    """A hub package vf-install put here has no vfrl entry point: its distribution requiring verifiers names it."""
+    from vfrl.installed_envs import installed_environments
+
+    info = tmp_path / "my_hub_env-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-hub-env\nVersion: 0.1.0\n"
+                                   "Requires-Dist: verifiers>=0.1.3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    names = installed_environments()
+    assert "my_hub_env" in names and "reverse-text" in names and "verifiers" not in names
 
 
 def test_inference_args_become_kebab_case_vllm_flags_booleans_bare_or_negated():

@@ -17,13 +17,14 @@ import traceback
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from vfrl.env_args import args_problem, params_of
 from vfrl.envs.environment import Environment
 from vfrl.envs.faults import one_line
 from vfrl.envs.verifiers_v1 import V1EnvironmentError, is_v1_module, v1_exports, v1_only
+from vfrl.installed_envs import ENTRY_POINT_GROUP, not_installed_line
 from vfrl.package_folders import installed_from, own_modules_first
 from vfrl.verifiers_compat import load_classic_as_vfrl, verifiers_api, verifiers_taskset
 
-ENTRY_POINT_GROUP = "vfrl.environments"
 log = logging.getLogger(__name__)
 
 
@@ -35,10 +36,6 @@ class EnvironmentLoadError(RuntimeError):
 
 class EnvironmentNotFound(EnvironmentLoadError, LookupError):
     pass
-
-
-def installed_environments() -> list[str]:
-    return sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
 
 
 VFRL_SOURCE = str(Path(__file__).resolve().parents[1])
@@ -202,11 +199,7 @@ def load_environment(env_id: str, **env_args) -> Environment:
                     f"here; install vfrl's verifiers extra: pip install -e '.[verifiers]' (verifiers 0.4)") from None
             if e.name != module_name:
                 raise raised("importing it", e) from e
-            have = ", ".join(installed_environments()) or "none"
-            raise EnvironmentNotFound(
-                f"environment '{env_id}' is not installed (installed: {have}); "
-                f"install it with `pip install -e environments/{module_name}`"
-            ) from None
+            raise EnvironmentNotFound(not_installed_line(env_id)) from None
         except Exception as e:
             raise raised("importing it", e) from e
     if inspect.ismodule(target) and is_v1_module(target):
@@ -218,13 +211,9 @@ def load_environment(env_id: str, **env_args) -> Environment:
                 f"environment '{env_id}' ({package}) is a verifiers 0.4 harness package (it exports "
                 f"{', '.join(harnesses)}), not an environment: a taskset's roles name it as their harness")
         raise EnvironmentNotFound(f"environment '{env_id}' ({package}) has no load_environment() function")
-    try:
-        inspect.signature(func).bind(**env_args)
-    except TypeError as e:
-        raise EnvironmentLoadError(
-            f"environment '{env_id}' ({package}) does not take these args {env_args}: {e}") from None
-    except ValueError:  # no signature to check (a builtin): let the call say
-        pass
+    if (params := params_of(func)) is not None and (
+            problem := args_problem(f"environment '{env_id}' ({package})", params, env_args)):
+        raise EnvironmentLoadError(problem)
     try:
         env = func(**env_args)
     except Exception as e:

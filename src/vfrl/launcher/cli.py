@@ -251,8 +251,8 @@ def validated_config(ctx: typer.Context, config_path: Path, dry_run: bool) -> RL
         cfg = load_user_config(config_path, overrides)
     except ConfigError as e:
         fail(str(e))
-    for problem in (model_problem(cfg.model, Path.cwd()), environment_problem(cfg.env.id, cfg.env.renderer,
-                                                                                        cfg.env.workers),
+    for problem in (model_problem(cfg.model, Path.cwd()),
+                    environment_problem(cfg.env.id, cfg.env.renderer, cfg.env.workers, cfg.env.args),
                     liger_problem(cfg)):
         if problem and not dry_run:
             fail(f"{config_path}: {problem}")

@@ -8,15 +8,18 @@ from pathlib import Path
 from vfrl.config import RLConfig
 
 
-def environment_problem(env_id: str, renderer: str | dict | None = None, workers: int = 0) -> str | None:
-    """Is `env.id` loadable the way vf-train will load it (entry point, else module), and its `env.renderer`
-    one it can use, its `env.workers` for a package that can have them? Without importing it."""
+def environment_problem(env_id: str, renderer: str | dict | None = None, workers: int = 0,
+                        env_args: dict | None = None) -> str | None:
+    """Is `env.id` loadable the way vf-train will load it (entry point, else module), its `env.args` ones its
+    `load_environment` takes (where its source declares them), its `env.renderer` one it can use, its
+    `env.workers` for a package that can have them? Without importing it."""
     from importlib.metadata import entry_points
     from importlib.util import find_spec
 
     from vfrl.inference.scale_out import is_verifiers_package
+    from vfrl.installed_envs import ENTRY_POINT_GROUP, not_installed_line
 
-    names = sorted(ep.name for ep in entry_points(group="vfrl.environments"))
+    points = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
     module = env_id.replace("-", "_").split("/")[-1]
     if (renderer is not None or workers) and not is_verifiers_package(env_id):
         from vfrl.envs.verifiers_v1 import v1_only
@@ -29,13 +32,25 @@ def environment_problem(env_id: str, renderer: str | dict | None = None, workers
             renderer_config(env_id, renderer)
         except V1EnvironmentError as e:
             return str(e)
-    if env_id in names or env_id.replace("_", "-") in names:
+    point = points.get(env_id) or points.get(env_id.replace("_", "-"))
+    try:
+        spec = find_spec(point.module if point else module)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return f'env.id = "{env_id}" is invalid: {not_installed_line(env_id)}'
+    return None if is_verifiers_package(env_id) else args_problem_of(env_id, spec, env_args or {})
+
+
+def args_problem_of(env_id: str, spec, env_args: dict) -> str | None:
+    """`env.args` against the `load_environment` its module's source declares (not asked of a verifiers 0.4
+    package: its args go to its taskset's config, which verifiers checks when it loads)."""
+    from vfrl.env_args import args_problem, declared_params
+
+    if not spec.origin or not spec.origin.endswith(".py"):
         return None
-    if find_spec(module) is not None:
-        return None
-    return (f'env.id = "{env_id}" is invalid: no such environment is installed (installed: '
-            f'{", ".join(names) or "none"}); install it with `vf-install {env_id}` or '
-            f'`pip install -e environments/{module}`')
+    params = declared_params(spec.origin)
+    return args_problem(f'env.id = "{env_id}"', params, env_args, where="env.args") if params else None
 
 
 def liger_problem(cfg: RLConfig) -> str | None:
