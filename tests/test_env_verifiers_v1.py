@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from vfrl.envs.verifiers_v1 import DroppedEpisode, episode_rollouts
+from vfrl.envs.verifiers_v1 import DroppedEpisode, episode_rollouts, error_text
 from vfrl.inference.scale_out import find_uv, is_verifiers_package
 from vfrl.run_dir import RunDir, read_jsonl
 
@@ -240,8 +240,12 @@ def test_a_forked_rollout_trains_every_branch_as_a_row_with_its_advantage():
     assert Rollout.from_dict(dataclasses.asdict(rollouts[0])) == rollouts[0]
 
 
-def test_scale_out_is_on_for_a_verifiers_package_only():
+def test_vf_vllm_serves_scale_out_for_every_package_kind_and_a_remote_server_needs_it_for_verifiers_packages():
+    """One vf-vllm serves a classic package and a verifiers 0.4 one (vf-eval of each against the same server):
+    "auto" turns the routes on whatever env.id names; a server vf-rl did not start is asked for them only when the
+    package samples through them."""
     from vfrl.config import RLConfig
+    from vfrl.inference.scale_out import scale_out_needed
     from vfrl.inference.server import config_argv
 
     assert is_verifiers_package("v1-reverse") and is_verifiers_package("v1_reverse")
@@ -252,10 +256,21 @@ def test_scale_out_is_on_for_a_verifiers_package_only():
     def argv(env, **inf):
         return config_argv(RLConfig.model_validate({"model": "m", "env": {"id": env}, "inference": inf}))
 
-    assert "--enable-scale-out" in argv("v1-reverse")
-    assert "--enable-scale-out" not in argv("reverse-text")
+    assert "--enable-scale-out" in argv("v1-reverse") and "--enable-scale-out" in argv("reverse-text")
     assert "--enable-scale-out" in argv("reverse-text", enable_scale_out=True)
     assert "--enable-scale-out" not in argv("v1-reverse", enable_scale_out=False)
+    assert scale_out_needed("auto", "v1-reverse") and not scale_out_needed("auto", "reverse-text")
+    assert scale_out_needed(True, "reverse-text") and not scale_out_needed(False, "v1-reverse")
+
+
+def test_a_server_without_scale_out_is_named_with_vfrls_setting():
+    from types import SimpleNamespace
+
+    line = error_text(SimpleNamespace(type="HarnessError", message=(
+        "PermissionDeniedError: Scale-out endpoints are disabled. Restart vllm serve with --enable-scale-out to "
+        "enable them.")))
+    assert line.endswith("(verifiers 0.4 packages sample through vLLM's scale-out routes: serve the model with "
+                         "vf-vllm (its inference.enable_scale_out, auto or true, serves them))")
 
 
 def test_vf_vllm_serves_generate_in_the_shape_verifiers_reads():

@@ -80,8 +80,9 @@ class InferenceConfig(Strict):
     )
     enable_scale_out: bool | Literal["auto"] = Field(
         "auto", description="Serve vLLM's scale-out routes (`--enable-scale-out`: `/inference/v1/generate`, "
-        "`/render`, behind the API key), which verifiers 0.4 environments sample through. auto: on when env.id "
-        "is a verifiers package (its distribution requires verifiers, or its source imports it).")
+        "`/render`, behind the API key), which verifiers 0.4 environments sample through. auto: vf-vllm serves them "
+        "(one server for every kind of package); a server vf-rl did not start (inference.base_url) must have them "
+        "when env.id is a verifiers 0.4 package.")
     max_restarts: int = Field(
         2, ge=0, description="When the vLLM server vf-rl started dies mid-run (killed, the OOM killer, a crash of its "
         "engine), vf-vllm starts it again up to this many times and the trainer pushes its current policy and goes on "

@@ -242,6 +242,11 @@ HINTS = {  # renderers' DefaultRenderer (a model with no template of its own for
     "does not support tools": "the model's chat template has no tool syntax: set env.renderer to a renderer with a "
                               "tool_parser, docs/environments.md, 'Tools on a model whose template has no tool syntax'",
     "does not support process_multimodal": "the task sends images: it needs a vision-language model",
+    # vLLM's 403 on /inference/v1/generate when started without --enable-scale-out (a vLLM vf-vllm did not start,
+    # or vf-vllm with inference.enable_scale_out = false)
+    "Scale-out endpoints are disabled": "verifiers 0.4 packages sample through vLLM's scale-out routes: serve "
+                                        "the model with vf-vllm (its inference.enable_scale_out, auto or true, "
+                                        "serves them)",
 }
 
 

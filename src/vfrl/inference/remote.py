@@ -111,6 +111,6 @@ def _reload_problems(http, where: str, needs: str) -> list[str]:
 
 
 def _needs_scale_out(cfg: RLConfig) -> bool:
-    from vfrl.inference.scale_out import scale_out_enabled
+    from vfrl.inference.scale_out import scale_out_needed
 
-    return scale_out_enabled(cfg.inference.enable_scale_out, cfg.env.id)
+    return scale_out_needed(cfg.inference.enable_scale_out, cfg.env.id)

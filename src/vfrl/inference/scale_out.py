@@ -2,11 +2,13 @@
 
 verifiers 0.4's train client posts token ids to vLLM's `/inference/v1/generate`, which vLLM serves
 only with `--enable-scale-out`.
-`inference.enable_scale_out = "auto"` (the default) turns the flag on when `env.id` names a module
-that is not a vfrl entry point and is a verifiers 0.4 package: a module/package whose source imports
-`verifiers.v1` (one that imports only the classic `verifiers` runs on vfrl's own API: verifiers_compat.py),
-else an installed distribution that requires `verifiers`. Importing it would import
-verifiers (seconds) in the launcher and in vf-vllm for every run; reading its metadata does not.
+`inference.enable_scale_out = "auto"` (the default) serves them always: they add routes behind the
+API key and nothing else, so one vf-vllm serves every kind of package (vf-eval of a verifiers 0.4
+package against a server started for a classic one). A server vf-rl did not start (`inference.base_url`)
+is asked for them only when `env.id` is a verifiers 0.4 package (`is_verifiers_package`): a module/package
+whose source imports `verifiers.v1` (one that imports only the classic `verifiers` runs on vfrl's own
+API: verifiers_compat.py), else an installed distribution that requires `verifiers`. Importing it would
+import verifiers (seconds) in the launcher for every run; reading its metadata does not.
 """
 
 from __future__ import annotations
@@ -53,7 +55,12 @@ def is_verifiers_package(env_id: str) -> bool:
     return False
 
 
-def scale_out_enabled(setting: bool | str, env_id: str) -> bool:
-    """`inference.enable_scale_out`: true, false, or "auto" (on for a verifiers package)."""
+def scale_out_enabled(setting: bool | str) -> bool:
+    """Does vf-vllm serve the scale-out routes? `inference.enable_scale_out`: true, false, or "auto" (on)."""
+    return setting == "auto" or bool(setting)
+
+
+def scale_out_needed(setting: bool | str, env_id: str) -> bool:
+    """Must a server the run did not start serve them? When asked for, or ("auto") for a verifiers 0.4 package."""
     return is_verifiers_package(env_id) if setting == "auto" else bool(setting)
 

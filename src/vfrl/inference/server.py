@@ -244,7 +244,7 @@ def config_argv(cfg, port: int | None = None) -> list[str]:
     from vfrl.inference.scale_out import scale_out_enabled
 
     extra = dict(cfg.inference.args)
-    if "enable_scale_out" not in extra and scale_out_enabled(cfg.inference.enable_scale_out, cfg.env.id):
+    if "enable_scale_out" not in extra and scale_out_enabled(cfg.inference.enable_scale_out):
         extra["enable_scale_out"] = True  # verifiers 0.4's /inference/v1/generate (inference/scale_out.py)
     return server_argv(cfg.model, cfg.inference.host, port or cfg.inference.port,
                        lora_rank_ceiling(cfg.args.lora_rank) if cfg.serves_adapters else None, extra,
