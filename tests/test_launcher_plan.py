@@ -556,6 +556,10 @@ def test_an_unknown_environment_id_names_the_nearest_installed_one(monkeypatch):
     assert line == ("environment 'sadd' is not installed; did you mean 'sad'? (installed: hanabi, reverse-text, sad); "
                     "install it with `vf-install sadd` (a folder: `vf-install --path DIR`)")
     assert "did you mean" not in installed_envs.not_installed_line("zzzz")
+    # its distribution is seen but its module is not (an editable install's .pth on PYTHONPATH): not "did you mean
+    # 'sad'?" for 'sad'
+    assert installed_envs.not_installed_line("sad").startswith(
+        "environment 'sad' is installed, but its module cannot be imported from this Python")
 
 
 def test_installed_environments_are_entry_points_and_distributions_that_require_verifiers(tmp_path, monkeypatch):

@@ -33,6 +33,10 @@ def installed_environments() -> list[str]:
 def not_installed_line(env_id: str) -> str:
     """`environment 'sadd' is not installed; did you mean 'sad'? (installed: ...); install it with ...`."""
     names = installed_environments()
+    if env_id.replace("-", "_").lower() in names or env_id in names:  # its metadata is seen, its module is not
+        return (f"environment '{env_id}' is installed, but its module cannot be imported from this Python (an "
+                "editable install's .pth file is read only from a site-packages folder, not from PYTHONPATH); run "
+                "vfrl from the Python it was installed for, or install it there with `vf-install`")
     near = difflib.get_close_matches(env_id, names, n=3, cutoff=0.6) or difflib.get_close_matches(
         env_id.replace("-", "_"), names, n=3, cutoff=0.6)
     hint = f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else ""
