@@ -222,18 +222,32 @@ def load(case: Case):
     return vf.load_environment(PACKAGE, case=case.cls_name)
 
 
-def roll(env, client, model: str = "m", max_tokens: int = 300):
+async def rollout_of(env, client, model: str = "m", max_tokens: int = 300):
     """One scored rollout and its state, as the trainer makes them (greedy: the tiny models' likeliest replies)."""
+    try:
+        r, state = await env.rollout_with_state(client, model, env.dataset[0], 0,
+                                                {"max_tokens": max_tokens, "temperature": 0.0})
+        return await env.score(r, state), state
+    finally:
+        await env.aclose()
 
-    async def go():
+
+def roll(env, client, **kwargs):
+    return asyncio.run(rollout_of(env, client, **kwargs))
+
+
+def served_rollouts(made: list[Case], server, max_tokens: int) -> list:
+    """A rollout of each case's environment on the real server, all at once (as a batch is sampled)."""
+    from openai import AsyncOpenAI
+
+    async def all_of():
+        client = AsyncOpenAI(base_url=server.base_url, api_key=server.api_key)
         try:
-            r, state = await env.rollout_with_state(client, model, env.dataset[0], 0,
-                                                    {"max_tokens": max_tokens, "temperature": 0.0})
-            return await env.score(r, state), state
+            return await asyncio.gather(*(rollout_of(load(c), client, server.model, max_tokens) for c in made))
         finally:
-            await env.aclose()
+            await client.close()
 
-    return asyncio.run(go())
+    return asyncio.run(all_of())
 
 
 def assert_hook_ran(case: Case, r, state, exact: bool = True) -> None:
@@ -308,14 +322,8 @@ def test_a_base_hook_reads_the_same_with_and_without_await():
 def test_every_chat_hook_shape_runs_with_the_real_vllm(hook_package, shared_vllm_server):
     """The MultiTurnEnv and SingleTurnEnv shapes, each a rollout of the tiny model through the session's vf-vllm:
     the conversation, token ids and logprobs are vLLM's."""
-
-    from openai import AsyncOpenAI
-
-    server = shared_vllm_server
-    for case in (c for c in cases() if c.cls in ("MultiTurnEnv", "SingleTurnEnv")):
-        env = load(case)
-        client = AsyncOpenAI(base_url=server.base_url, api_key=server.api_key)
-        r, state = roll(env, client, server.model, max_tokens=48)
+    made = [c for c in cases() if c.cls in ("MultiTurnEnv", "SingleTurnEnv")]
+    for case, (r, state) in zip(made, served_rollouts(made, shared_vllm_server, max_tokens=48)):
         assert len(r.completion_logprobs) == len(r.completion_ids) > 0, case.id
         assert_hook_ran(case, r, state)
 
@@ -325,13 +333,7 @@ def test_every_tool_hook_shape_runs_with_the_real_vllm(hook_package, tool_server
     """The ToolEnv and StatefulToolEnv shapes with the tiny tool-calling model (tests/tool_model.py) through the
     tool tests' vf-vllm, whose Hermes parser reads its call: each calls `add`, the package's hooks fill, run and
     read it, and the model's second reply ends the rollout."""
-
-    from openai import AsyncOpenAI
-
-    server = tool_server
-    for case in (c for c in cases() if c.cls in TOOLS):
-        env = load(case)
-        client = AsyncOpenAI(base_url=server.base_url, api_key=server.api_key)
-        r, state = roll(env, client, server.model, max_tokens=64)
+    made = [c for c in cases() if c.cls in TOOLS]
+    for case, (r, state) in zip(made, served_rollouts(made, tool_server, max_tokens=64)):
         assert r.completion_ids and r.completion_logprobs, case.id
         assert_hook_ran(case, r, state, exact=False)
