@@ -8,6 +8,15 @@ VENV=${VFRL_VENV:-.venv}
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 command -v tmux >/dev/null || { echo "vfrl needs tmux: apt-get install tmux (or brew install tmux)" >&2; exit 1; }
+# model code (the python tool) runs in a local sandbox built on bubblewrap (src/vfrl/sandbox/local.py)
+if ! command -v bwrap >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "vfrl: installing bubblewrap (the sandbox model code runs in)"
+    apt-get update -qq >/dev/null && apt-get install -y -qq bubblewrap >/dev/null
+  else
+    echo "vfrl: note: model code (the python tool) runs in a sandbox that needs bubblewrap: sudo apt-get install bubblewrap" >&2
+  fi
+fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 pip_q() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" 2>&1 | { grep -v "^WARNING: Location" || true; }; }
 stamp="$VENV/.vfrl-installed"

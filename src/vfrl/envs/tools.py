@@ -4,8 +4,8 @@ The JSON schema of a tool comes from its signature and docstring (tool_defs.py).
 goes back as a `tool` message; a tool that raises, an unknown tool or arguments that are not JSON are
 reported to the model in that message, never raised. The rollout ends when the model replies without a tool call.
 
-Functions that run code must isolate it themselves (a subprocess with time and memory limits):
-tools run in the trainer's process.
+Tools run in the trainer's process; one that runs code the model wrote runs it in vfrl's local sandbox
+(`vfrl.sandbox.run`, as `vfrl.tools.python` does: no network, nothing of the user's, limits, every process ended).
 
 `StatefulToolEnv` hides some arguments from the model and fills them per call from the rollout's
 state in `update_tool_args` (a sandbox id, a session, the example's data).
