@@ -57,6 +57,11 @@ def nothing_left_and_nothing_changed(tmp_path, monkeypatch):
     assert {p: p.read_text() for p in tmp_path.rglob("*") if p.is_file()} == before
 
 
+def test_the_code_runs_on_this_python_with_its_venvs_libraries():
+    r = sandboxed("import sys, pydantic; print(sys.version); print(sys.prefix, pydantic.VERSION)")
+    assert r.stdout.splitlines() == [sys.version, f"{sys.prefix} {__import__('pydantic').VERSION}"], r
+
+
 # ---- the network ----
 
 def test_the_runs_vllm_port_on_loopback_cannot_be_reached():
@@ -122,7 +127,7 @@ def test_home_ssh_keys_and_the_run_directory_are_not_there(nothing_left_and_noth
     r = sandboxed(f"""
         import os
         for path in ("{home}/.ssh/id_ed25519", "{home}/outputs/run/.api_key", os.path.expanduser("~/.ssh/id_rsa"),
-                     "/root/.ssh/id_rsa", "{Path.cwd()}"):
+                     "/root/.ssh/id_rsa", "{Path.cwd() / 'pyproject.toml'}"):
             print(os.path.exists(path))
         print(os.listdir("/"))
     """)

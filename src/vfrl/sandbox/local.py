@@ -81,6 +81,10 @@ def system_binds() -> list[str]:
             args += ["--ro-bind", str(path), str(path)]
     for prefix in dict.fromkeys(Path(p).resolve() for p in (sys.base_prefix, sys.prefix)):
         if not str(prefix).startswith("/usr/"):
+            # its parents as empty folders anyone may pass (/root is 0700 on the host: the call's user could not
+            # reach a pyenv Python under it)
+            for parent in reversed(prefix.parents[:-1]):
+                args += ["--perms", "0755", "--dir", str(parent)]
             args += ["--ro-bind", str(prefix), str(prefix)]
     return args
 
