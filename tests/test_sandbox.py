@@ -400,3 +400,24 @@ def test_threads_calling_at_once_get_distinct_user_ids():
     [t.start() for t in threads]
     [t.join() for t in threads]
     assert len(set(got)) == 8 or os.geteuid() != 0
+
+
+def test_a_tool_env_rollout_runs_the_models_python_in_the_sandbox():
+    """The guide's `vf.ToolEnv(tools=[python])`: the model's calls run sandboxed and it reads what they printed,
+    the run's key not among it; a call that attacks ends as text and the rollout goes on."""
+    import json as _json
+
+    from fake_openai import FakeOpenAI
+
+    import vfrl as vf
+
+    def call(code: str) -> str:
+        return "<tool_call>" + _json.dumps({"name": "python", "arguments": {"code": code}}) + "</tool_call>"
+
+    env = vf.ToolEnv(dataset=[{"question": "6 * 7?", "answer": "42"}], tools=[python], max_turns=4)
+    replies = [call("print(6 * 7)"), call("import os; print(os.environ.get('VFRL_API_KEY'))"),
+               call("import os\nwhile True: os.fork()"), "42"]
+    r, state = asyncio.run(env.rollout_with_state(FakeOpenAI(replies), "m", env.dataset[0], 0, {"max_tokens": 400}))
+    tools = [m["content"] for m in r.completion if m["role"] == "tool"]
+    assert tools[:2] == ["42\n", "None\n"] and tools[2].startswith("Error:"), tools
+    assert r.completion[-1]["content"] == "42" and state["tool_calls"] == 3 and SECRET not in str(r.completion)
