@@ -19,12 +19,26 @@ import pytest
 from vfrl.inference.supervisor import ENGINE_CORE
 from vfrl.proc_table import group_members, pid_alive
 
+# the "engine core": sleeps; with ENGINE_FORKS set, it forks short-lived children all along, which carry its
+# title (argv[0]) until they exit, as vLLM's engine core forks helpers that carry it until they exec
+ENGINE = """
+import os, time
+while os.environ.get("ENGINE_FORKS"):
+    if os.fork() == 0:
+        time.sleep(0.7)
+        os._exit(0)
+    os.wait()
+    time.sleep(0.2)
+time.sleep(600)
+"""
+
 # the leader: starts an "engine core" child, ignores SIGTERM when IGNORE_TERM is set, prints both pids, sleeps
 FAKE_SERVER = f"""
 import os, signal, subprocess, sys, time
+ENGINE = {ENGINE!r}
 if os.environ.get("IGNORE_TERM"):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-engine = subprocess.Popen([{ENGINE_CORE!r}, "-c", "import time; time.sleep(600)"], executable=sys.executable)
+engine = subprocess.Popen([{ENGINE_CORE!r}, "-c", ENGINE], executable=sys.executable)
 print(engine.pid, flush=True)
 if os.environ.get("HEALTH_PORT"):  # serves: /health answers 200
     import http.server
@@ -106,6 +120,20 @@ def test_a_dead_engine_core_ends_the_server_at_once(tmp_path):
         text = out.read_text()
         assert f"vLLM's engine core (pid {engine}) exited while the server ran; ending the server" in text, text
         assert "exit 137" in text and took < 10, (took, text)
+    finally:
+        cleanup(pgid, proc)
+
+
+def test_a_short_lived_child_of_the_engine_core_with_its_title_does_not_end_the_server(tmp_path):
+    """The engine core forks helpers that carry its title until they exec or exit: vf-vllm took one for a second
+    engine core and, once it ended, killed a healthy server (exit 137, a restart spent). Only the engine core itself
+    is watched."""
+    proc, pgid, engine, out = start_supervised(tmp_path, ENGINE_FORKS="1")
+    try:
+        time.sleep(4)  # several children come and go, each seen by vf-vllm's 0.5 s polls
+        text = out.read_text()
+        assert proc.poll() is None and "exited while the server ran" not in text, text
+        assert [int(line.split()[-1]) for line in text.splitlines() if "engine core is pid" in line] == [engine]
     finally:
         cleanup(pgid, proc)
 

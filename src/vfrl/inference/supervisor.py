@@ -72,16 +72,17 @@ def end_group(pgid: int, linger: float = 5.0, grace: float = 10.0) -> list[int]:
 
 
 def engine_cores(pgid: int) -> set[int]:
-    """The processes of group `pgid` that vLLM titled as its engine core."""
-    found = set()
+    """The processes of group `pgid` that vLLM titled as its engine core, less their own children: a process the
+    engine core forks carries its title until it execs (or exits, short-lived), and its end is not the engine's."""
+    titled = set()
     for pid in group_members(pgid):
         try:
             title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
         except OSError:
             continue
         if title.startswith(ENGINE_CORE):
-            found.add(pid)
-    return found
+            titled.add(pid)
+    return {pid for pid in titled if (st := stat(pid)) is not None and st.ppid not in titled}
 
 
 class Serving:
