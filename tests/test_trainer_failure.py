@@ -244,7 +244,7 @@ def test_on_a_shared_gpu_the_trainer_loads_its_model_only_once_vllm_is_up(tmp_pa
 
     events = []
     monkeypatch.setattr(inference_watch, "wait_for_server",
-                        lambda url, timeout, pid: events.append(("wait", url)) or 0.1)
+                        lambda url, timeout, pid, key: events.append(("wait", url)) or 0.1)
 
     class Recorder:
         def __init__(self, cfg, run_dir, base_url, api_key):
@@ -270,9 +270,64 @@ def test_a_vllm_that_dies_while_the_trainer_waits_to_load_is_one_line_and_exit_3
 
     (tmp_path / "inference.pid").write_text("999999")  # no such process: the server is gone
     with pytest.raises(TrainingStopped) as e:
-        wait_for_vllm_first("http://127.0.0.1:9/v1", tmp_path)
+        wait_for_vllm_first("http://127.0.0.1:9/v1", tmp_path, "key")
     assert e.value.code == EXIT_INFERENCE_LOST and "\n" not in e.value.line
     assert "during start-up" in e.value.line and "No step was trained" in e.value.line
+
+
+class KeyedServer:
+    """A stand-in vLLM on a free port: /health open, /v1/models only with `key` (vf-vllm's key check)."""
+
+    def __init__(self, key: str):
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                ok = self.path == "/health" or self.headers.get("Authorization") == f"Bearer {key}"
+                self.send_response(200 if ok else 401)
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_another_runs_server_on_the_port_is_never_taken_for_this_runs(tmp_path):
+    """Port 0 picks a free port and releases it; another run's vLLM may bind it first, then answer /health for this
+    run (and 401 to its first request: seen under load). The run's own key decides: its server is waited for, and
+    when its vLLM could not bind (its process gone) the run stops in one line saying so."""
+    import subprocess
+    import sys
+
+    from vfrl.trainer.inference_watch import InferenceLost, wait_for_server
+
+    other = KeyedServer("another-runs-key")
+    try:
+        assert wait_for_server(other.url, 5, api_key="another-runs-key") < 5  # its own run takes it
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        (tmp_path / "inference.pid").write_text(str(dead.pid))  # this run's vLLM, which could not bind the port
+        with pytest.raises(InferenceLost) as e:
+            wait_for_server(other.url, 30, tmp_path / "inference.pid", api_key="this-runs-key")
+        assert f"another server answers at {other.url[:-3]} and refuses this run's API key" in str(e.value)
+        alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            (tmp_path / "inference.pid").write_text(str(alive.pid))  # still starting: waited for, never taken
+            with pytest.raises(InferenceLost, match="one that refuses this run's API key answers /health there"):
+                wait_for_server(other.url, 2, tmp_path / "inference.pid", api_key="this-runs-key")
+        finally:
+            alive.kill()
+    finally:
+        other.close()
 
 
 def test_a_closed_terminal_keeps_the_steps_trained(trainer):

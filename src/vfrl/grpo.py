@@ -237,7 +237,8 @@ class GRPOTrainer:
             return {}
         cfg = plan.config
         try:
-            wait_for_server(self.url, 900, RunDir(plan.run_dir).inference_pid if self.server is not None else None)
+            wait_for_server(self.url, 900, RunDir(plan.run_dir).inference_pid if self.server is not None else None,
+                            self.api_key)
         except InferenceLost as e:
             self.close()
             raise SystemExit(f"vfrl: evaluate: the inference server is lost: {e} "

@@ -51,7 +51,7 @@ def vf_vllm(config: Path, port: int, api_key: str, log: Path) -> Iterator[str]:
                                 env={**os.environ, "VFRL_API_KEY": api_key, "CUDA_VISIBLE_DEVICES": ""},
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            wait_for_server(f"http://127.0.0.1:{port}/v1", timeout=300, inference_pid_file=pid_file)
+            wait_for_server(f"http://127.0.0.1:{port}/v1", timeout=300, inference_pid_file=pid_file, api_key=api_key)
             yield f"http://127.0.0.1:{port}/v1"
         finally:
             stop_server(proc)  # the Python API's own stop: the group, SIGKILL after 60 s

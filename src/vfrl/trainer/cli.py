@@ -83,16 +83,17 @@ def stopped_or(code: int) -> int:
 def run(config_path: Path, run_dir: Path, base_url: str | None) -> None:
     hf_logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bar, every sync and checkpoint
     cfg = load_config(config_path)
-    if os.environ.get(TRAINER_LOADS_AFTER_VLLM_ENV) == "1":
-        wait_for_vllm_first(base_url or cfg.inference.url, run_dir)
     # the pane's VFRL_API_KEY: the key vf-rl made for its server, or inference.api_key_var's for a remote one
-    trainer = RLTrainer(cfg, run_dir, base_url or cfg.inference.url, os.environ.get(API_KEY_ENV, "EMPTY"))
+    api_key = os.environ.get(API_KEY_ENV, "EMPTY")
+    if os.environ.get(TRAINER_LOADS_AFTER_VLLM_ENV) == "1":
+        wait_for_vllm_first(base_url or cfg.inference.url, run_dir, api_key)
+    trainer = RLTrainer(cfg, run_dir, base_url or cfg.inference.url, api_key)
     KEPT.append(trainer)
     freeze_long_lived()  # the run's start-up objects out of every full collection's walk (heap.py)
     trainer.train()
 
 
-def wait_for_vllm_first(base_url: str, run_dir: Path) -> None:
+def wait_for_vllm_first(base_url: str, run_dir: Path, api_key: str) -> None:
     """On a GPU shared with vLLM: load the model only once vLLM is up. vLLM sizes its KV cache by the drop in
     the GPU's free memory while it starts, so weights the trainer loaded meanwhile would count as vLLM's and
     could leave it no cache (and its start-up fails, or not, by timing)."""
@@ -100,7 +101,7 @@ def wait_for_vllm_first(base_url: str, run_dir: Path) -> None:
 
     print("vf-train: waiting for vLLM to start before loading the model (they share a GPU)", flush=True)
     try:
-        waited = wait_for_server(base_url, 900, RunDir(run_dir).inference_pid)
+        waited = wait_for_server(base_url, 900, RunDir(run_dir).inference_pid, api_key)
     except InferenceLost as e:
         raise TrainingStopped(EXIT_INFERENCE_LOST, f"vf-train: {e} (see {RunDir(run_dir).log('inference')}). "
                                                    "No step was trained, nothing to keep.") from e

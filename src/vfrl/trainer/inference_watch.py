@@ -99,21 +99,44 @@ async def restart_under_way(base_url: str, pid_file: Path | None, seen: int, max
     return done[-1]
 
 
-def wait_for_server(base_url: str, timeout: float, inference_pid_file: Path | None = None) -> float:
-    """Block until vLLM answers /health; returns seconds waited. InferenceLost at once if the server process died."""
+def wait_for_server(base_url: str, timeout: float, inference_pid_file: Path | None = None,
+                    api_key: str | None = None) -> float:
+    """Block until vLLM answers /health; returns seconds waited. InferenceLost at once if the server process died.
+
+    With `api_key` (the run's), the server must also take it (`GET /models`): /health is open to all, and a port
+    picked free at launch can be taken by another run's server before this run's vLLM binds it, which then answers
+    /health for it (and 401 to its first request). Such a server is never taken for the run's own: the wait goes on
+    until the run's own answers, or its process ends (it could not bind), said in one line."""
     t0 = time.time()
     root = server_root(base_url)
+    other = False  # a server that is not the run's answered at root
     while True:
         try:
             if httpx.get(f"{root}/health", timeout=2).status_code == 200:
-                return time.time() - t0
+                if api_key is None or takes_key(base_url, api_key):
+                    return time.time() - t0
+                other = True
         except httpx.TransportError:
             pass
         if gone := process_gone(inference_pid_file):
+            if other:
+                raise InferenceLost(f"{gone} during start-up; another server answers at {root} and refuses this run's "
+                                    "API key: it took the port before this run's vLLM could bind it. Start the run "
+                                    "again (inference.port = 0 picks a free port)")
             raise InferenceLost(f"{gone} during start-up")
         if time.time() - t0 > timeout:
-            raise InferenceLost(f"vLLM did not answer {root}/health within {timeout:.0f}s of starting")
+            whose = " (one that refuses this run's API key answers /health there)" if other else ""
+            raise InferenceLost(f"vLLM did not answer {root}/health within {timeout:.0f}s of starting{whose}")
         time.sleep(1)
+
+
+def takes_key(base_url: str, api_key: str) -> bool:
+    """Does the server at `base_url` take `api_key`? (vf-vllm's key check answers 401 to any other.)"""
+    try:
+        reply = httpx.get(f"{base_url.rstrip('/')}/models", headers={"Authorization": f"Bearer {api_key}"}, timeout=5)
+    except httpx.TransportError:
+        return False
+    return reply.status_code not in (401, 403)
 
 
 def inference_problem(base_url: str, pid_file: Path | None) -> str | None:

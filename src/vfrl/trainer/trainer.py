@@ -211,7 +211,7 @@ class RLTrainer:
         hangs stops the loop within seconds instead of at the next failed request or generation_timeout."""
         # a daemon thread: a Ctrl-C or `vf-rl stop` during vLLM's start-up must not wait for vLLM to come up
         waited = await SERVER_CALLS.run(lambda: wait_for_server(self.base_url, START_TIMEOUT,
-                                                                self.inference_pid_file))
+                                                                self.inference_pid_file, self.api_key))
         self.console.info(f"vLLM is up (waited {waited:.1f}s)")
         from openai import AsyncOpenAI
 
@@ -319,7 +319,8 @@ class RLTrainer:
         self.console.warn(f"the vLLM server exited ({record['exit_code']}); vf-vllm is starting it again "
                           f"({record['restart']} of {record['max_restarts']}, inference.max_restarts). The {done} "
                           f"step(s) trained are kept; training goes on from step {done + 1} once it serves")
-        waited = await SERVER_CALLS.run(lambda: wait_for_server(self.base_url, START_TIMEOUT, self.inference_pid_file))
+        waited = await SERVER_CALLS.run(lambda: wait_for_server(self.base_url, START_TIMEOUT, self.inference_pid_file,
+                                                                self.api_key))
         self.restart_note = {"inference_restarts": record["restart"], "restart_s": time.time() - t0}
         self.console.info(f"vLLM serves again (waited {waited:.0f}s): pushing policy {done}, sampling its batch again")
         return True
