@@ -92,9 +92,16 @@ def test_messages_read_as_objects_and_tool_calls_flat():
     assert m["tool_calls"][0]["function"]["name"] == "add"  # still the OpenAI dict underneath
 
 
-def test_unsupported_classes_fail_in_one_line():
-    with pytest.raises(NotImplementedError, match="^vfrl does not support PythonEnv: it needs .*sandboxes$"):
+def test_unsupported_classes_fail_in_one_line(monkeypatch):
+    with pytest.raises(NotImplementedError, match="^vfrl does not support PythonEnv: its persistent Python REPL "
+                                                  "does not run in vfrl's local sandbox yet"):
         vf.PythonEnv(dataset=[{"question": "q"}])
+    monkeypatch.delenv("VFRL_SANDBOX", raising=False)
+    with pytest.raises(NotImplementedError, match="^vfrl does not run Prime Intellect's hosted sandboxes, which "
+                                                  "SandboxEnv creates; set env.sandbox = \"local\""):
+        vf.SandboxEnv(dataset=[{"question": "q"}])
+    with pytest.raises(NotImplementedError, match="^vfrl does not support BrowserEnv: it needs a hosted browser"):
+        vf.BrowserEnv(dataset=[{"question": "q"}])
 
 
 def test_reasoning_gym_env_scores_the_tasks_own_answer():
@@ -231,15 +238,17 @@ def test_a_classic_package_needing_what_vfrl_lacks_is_one_line(tmp_path, monkeyp
 
 def test_a_classic_package_needing_a_sandbox_is_refused_in_one_line_when_built(tmp_path, monkeypatch):
     (tmp_path / "classic_sandbox.py").write_text("import verifiers as vf\n"
-                                                 "from verifiers.envs.python_env import PythonEnv\n\n"
-                                                 "def load_environment():\n    return PythonEnv()\n")
+                                                 "from verifiers.envs.sandbox_env import SandboxEnv\n\n"
+                                                 "def load_environment():\n    return SandboxEnv()\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("VFRL_SANDBOX", raising=False)
     from vfrl.envs.loader import EnvironmentLoadError
 
     with pytest.raises(EnvironmentLoadError) as e:
         vf.load_environment("classic-sandbox")
-    assert ("load_environment() raised NotImplementedError: vfrl does not support PythonEnv: it needs Prime "
-            "Intellect's remote code sandboxes") in str(e.value)
+    assert ("load_environment() raised NotImplementedError: vfrl does not run Prime Intellect's hosted sandboxes, "
+            "which SandboxEnv creates; set env.sandbox = \"local\"") in str(e.value)
+    assert "(at classic_sandbox.py:5)" in str(e.value)  # the package's line
 
 
 @pytest.mark.e2e

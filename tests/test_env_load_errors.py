@@ -66,9 +66,10 @@ def test_the_original_error_stays_attached_for_the_log(broken_envs):
 
 def test_args_the_function_does_not_take_name_the_package():
     with pytest.raises(EnvironmentLoadError,
-                       match=r"environment 'reverse-text' \(package reverse-text [^)]*\) does not "
-                             r"take these args \{'no_such_arg': 1\}: got an unexpected keyword"):
-        vfrl.load_environment("reverse-text", no_such_arg=1)
+                       match=r"^environment 'reverse-text' \(package reverse-text [^)]*\): its load_environment\(\) "
+                             r"does not take 'no_such_arg' \(it takes: num_train_examples, [^)]*\); fix the "
+                             r"environment's args$"):
+        vfrl.load_environment("reverse-text", no_such_arg=1, seed=3)
 
 
 def test_vf_eval_says_in_one_line_that_the_dataset_could_not_be_built(broken_envs):

@@ -243,7 +243,8 @@ class GRPOTrainer:
             self.close()
             raise SystemExit(f"vfrl: evaluate: the inference server is lost: {e} "
                              f"(see {plan.run_dir}/logs/inference.log)")
-        env = self.env or load_configured_environment(cfg.env.id, cfg.env.args, cfg.env.renderer, cfg.env.workers)
+        env = self.env or load_configured_environment(cfg.env.id, cfg.env.args, cfg.env.renderer, cfg.env.workers,
+                                                      cfg.env.sandbox)
         ids, eval_split = eval_example_ids(env, cfg.args.evaluation)
         if not ids:
             n = len(env.dataset)

@@ -7,8 +7,8 @@ import sys
 
 from vfrl import ENVIRONMENT_NAMES
 from vfrl.envs.classic import (
-    BOXED_SYSTEM_PROMPT, THINK_BOXED_SYSTEM_PROMPT, BrowserEnv, PythonEnv, ReasoningGymEnv, SandboxEnv,
-    extract_hash_answer, load_example_dataset,
+    BOXED_SYSTEM_PROMPT, THINK_BOXED_SYSTEM_PROMPT, BrowserEnv, ReasoningGymEnv, extract_hash_answer,
+    load_example_dataset,
 )
 from vfrl.envs.env_group import EnvGroup
 from vfrl.envs.environment import DatasetBuildError, Environment, Rollout, teardown
@@ -21,6 +21,7 @@ from vfrl.envs.messages import (
 from vfrl.envs.multiturn import MultiTurnEnv, SingleTurnEnv, cleanup, stop
 from vfrl.envs.parsers import MaybeThinkParser, Parser, ThinkParser, XMLParser
 from vfrl.envs.rubric import Rubric, RubricGroup
+from vfrl.envs.sandbox_env import PythonEnv, SandboxEnv
 from vfrl.envs.textarena_env import TextArenaEnv
 from vfrl.envs.tool_defs import Tool
 from vfrl.envs.tools import StatefulToolEnv, ToolEnv
@@ -30,6 +31,6 @@ __all__ = list(ENVIRONMENT_NAMES)  # vfrl/__init__.py lists them
 # verifiers' classic module paths of these classes (`from verifiers.envs.multiturn_env import MultiTurnEnv`),
 # as names of the modules that hold them here: importing one finds it in sys.modules once this package is in
 CLASSIC_MODULES = {"multiturn_env": "multiturn", "singleturn_env": "multiturn", "tool_env": "tools",
-                   "stateful_tool_env": "tools", "sandbox_env": "classic", "python_env": "classic"}
+                   "stateful_tool_env": "tools", "sandbox_env": "sandbox_env", "python_env": "sandbox_env"}
 for _path, _module in CLASSIC_MODULES.items():
     globals()[_path] = sys.modules[f"vfrl.envs.{_path}"] = sys.modules[f"vfrl.envs.{_module}"]

@@ -2,8 +2,8 @@
 
 `import vfrl as vf` in place of `import verifiers as vf` should be the whole port. This module holds
 the rest of what those packages name: `vf.utils.data_utils` helpers, `ReasoningGymEnv`, and the
-classes that need services vfrl does not run (remote sandboxes, hosted browsers), which raise one
-line saying so when built instead of failing somewhere later.
+classes that need services vfrl does not run (hosted browsers), which raise one line saying so when
+built instead of failing somewhere later. SandboxEnv lives in sandbox_env.py.
 """
 
 from __future__ import annotations
@@ -146,17 +146,6 @@ class Unsupported:
 
     def __init__(self, *args: Any, **kwargs: Any):
         raise NotImplementedError(f"vfrl does not support {type(self).__name__}: it needs {self.needs}")
-
-
-class SandboxEnv(Unsupported):
-    needs = "Prime Intellect's remote code sandboxes"
-
-
-SandboxState = dict[str, Any]  # verifiers' type of a sandbox's record, named in such packages' signatures
-
-
-class PythonEnv(SandboxEnv):
-    pass
 
 
 class BrowserEnv(Unsupported):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import os
 import re
 import traceback
 from importlib.metadata import entry_points
@@ -227,10 +228,14 @@ def load_environment(env_id: str, **env_args) -> Environment:
 
 
 def load_configured_environment(env_id: str, env_args: dict, renderer: str | dict | None = None,
-                                workers: int = 0) -> Environment:
+                                workers: int = 0, sandbox: str | None = None) -> Environment:
     """`[env]` as vf-train, vf-eval and the Python API load it: `id` with `args`, and for a verifiers 0.4
     package its `renderer` (which a vfrl environment, rendered by vLLM's chat template, has no use for) and its
-    `workers`."""
+    `workers`; `sandbox` (env.sandbox) for this process's SandboxEnv (vfrl/sandbox/__init__.py)."""
+    if sandbox is not None:
+        from vfrl.sandbox import MODE_ENV
+
+        os.environ[MODE_ENV] = sandbox
     env = load_environment(env_id, **env_args)
     if renderer is None and not workers:
         return env

@@ -50,6 +50,14 @@ class ToolEnv(MultiTurnEnv):
         self.tool_defs.append(Tool.of(tool_schema(tool, skip=self.skipped_args[tool.__name__])))
         self.tool_map[tool.__name__] = tool
 
+    def remove_tool(self, tool: Callable) -> None:
+        """Take a tool away from the model (a package may keep calling it itself, as SandboxEnv's bash)."""
+        name = tool.__name__
+        self.tools = [t for t in self.tools if t.__name__ != name]
+        self.tool_defs = [t for t in self.tool_defs if Tool.of(t).name != name]
+        self.tool_map.pop(name, None)
+        self.skipped_args.pop(name, None)
+
     @property
     def oai_tools(self) -> list[dict[str, Any]]:
         """The `tool_defs` as OpenAI `tools` entries (the older name, which packages still read and set)."""

@@ -69,9 +69,9 @@ class Result:
         return self.exit_code == 0 and self.killed is None
 
 
-def system_binds() -> list[str]:
-    """bubblewrap's arguments for the read-only system: /usr and /etc, the merged-/usr links, and this Python's
-    installation and venv where they live elsewhere (pyenv under /root, a venv in the project)."""
+def system_binds(python_too: bool = True) -> list[str]:
+    """bubblewrap's arguments for the read-only system: /usr and /etc, the merged-/usr links, and (`python_too`)
+    this Python's installation and venv where they live elsewhere (pyenv under /root, a venv in the project)."""
     args = ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
     for top in ("bin", "sbin", "lib", "lib64", "lib32"):
         path = Path("/") / top
@@ -79,7 +79,7 @@ def system_binds() -> list[str]:
             args += ["--symlink", os.readlink(path), str(path)]
         elif path.is_dir():
             args += ["--ro-bind", str(path), str(path)]
-    for prefix in dict.fromkeys(Path(p).resolve() for p in (sys.base_prefix, sys.prefix)):
+    for prefix in dict.fromkeys(Path(p).resolve() for p in (sys.base_prefix, sys.prefix) if python_too):
         if not str(prefix).startswith("/usr/"):
             # its parents as empty folders anyone may pass (/root is 0700 on the host: the call's user could not
             # reach a pyenv Python under it)

@@ -59,7 +59,7 @@ class RLTrainer:
         self.learner = Learner(config)
         self.ranks = self.learner.ranks
         self.env = trainable(env if env is not None else load_configured_environment(
-            config.env.id, config.env.args, config.env.renderer, config.env.workers))
+            config.env.id, config.env.args, config.env.renderer, config.env.workers, config.env.sandbox))
         if hasattr(self.env, "limit_tasks"):  # a verifiers taskset without end: read only the rows this run can use
             a = self.args
             self.env.limit_tasks(a.max_steps * (a.batch_size // a.rollouts_per_example) + a.num_eval_examples)

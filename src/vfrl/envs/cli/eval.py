@@ -39,6 +39,11 @@ DEFAULT_KEY_VAR = "VFRL_API_KEY"
 app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
 
 
+class Sandbox(str, Enum):
+    hosted = "hosted"
+    local = "local"
+
+
 class TokenIds(str, Enum):
     auto = "auto"  # token mode when the server returns vLLM's ids, else text mode
     on = "on"  # token mode; a server without ids is an error
@@ -230,6 +235,10 @@ def evaluate(
         "--env-workers", min=0,
         help="verifiers 0.4 packages: run the episodes in verifiers' env server with this many worker processes "
              "(env.workers); 0 runs them in this process.")] = 0,
+    sandbox: Annotated[Optional[Sandbox], typer.Option(
+        "--sandbox", case_sensitive=False,
+        help="Where verifiers' SandboxEnv runs its sandboxes: 'local' is vfrl's sandbox on this machine (no network, "
+             "the machine's system read-only); 'hosted' (Prime Intellect's service) is not run by vfrl.")] = None,
     token_ids: Annotated[TokenIds, typer.Option(
         "--token-ids", case_sensitive=False,
         help="Record vLLM's token ids and logprobs per rollout: 'on' needs vLLM, 'off' sends plain requests without "
@@ -243,6 +252,7 @@ def evaluate(
     job.renderer = (parse_json_object(renderer, "--renderer") if renderer and renderer.lstrip().startswith("{")
                     else renderer)
     job.workers = env_workers
+    job.sandbox = sandbox.value if sandbox is not None else None
     env = load_eval_environment(job)
     try:
         asyncio.run(run_job(job, env))
@@ -266,6 +276,7 @@ class EvalJob:
     split: str = "train"
     renderer: str | dict[str, Any] | None = None  # a verifiers 0.4 package's renderer (env.renderer)
     workers: int = 0  # a verifiers 0.4 package's env server workers (env.workers)
+    sandbox: str | None = None  # where verifiers' SandboxEnv runs its sandboxes (env.sandbox)
     n: int = 0  # examples to evaluate, known once the environment is loaded
 
 
@@ -298,7 +309,7 @@ def load_eval_environment(job: EvalJob):
     from vfrl.envs.loader import EnvironmentLoadError, load_configured_environment
 
     try:
-        env = load_configured_environment(job.env_id, job.env_args, job.renderer, job.workers)
+        env = load_configured_environment(job.env_id, job.env_args, job.renderer, job.workers, job.sandbox)
     except EnvironmentLoadError as e:  # one line: the package and the error (args refused, a raise, not an env)
         fail(PROG, str(e))
     if job.opts["num_examples"] > 0 and hasattr(env, "limit_tasks"):  # a verifiers taskset: read the first n only

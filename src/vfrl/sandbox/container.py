@@ -1,0 +1,148 @@
+"""A sandbox that lives for a whole rollout, as a hosted container does: commands run in it one after another and
+what they leave (files, background processes) stays until it is closed. verifiers' SandboxEnv runs its packages'
+`bash` calls and file uploads in one (envs/sandbox_env.py, with `env.sandbox = "local"`).
+
+The isolation is local.py's (no network, nothing of the user's, the system read-only, rlimits, a PID namespace whose
+processes all end with it), with what a container image's code expects: it runs as root inside (a user namespace;
+outside it is the call's own user id, as in local.py, or the user running vfrl), with writable folders where such
+code writes (`/root`, `/app`, `/workspace`, `/home`, `/tmp`, the working folder `/sandbox`), each in memory and
+capped. The system is this machine's, read-only: a package's docker image is not used, its `python3` is
+/usr/bin/python3, and `pip install` inside has no network to fetch from.
+
+Inside runs a small agent (AGENT, on /usr/bin/python3) that takes one JSON request a line on stdin (run a command,
+write a file) and answers one JSON line on stdout; each command runs in a process group of its own, killed at its
+timeout, its output cut at a limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import os
+import signal
+import uuid
+from dataclasses import dataclass
+
+from vfrl.sandbox.local import INSIDE, Limits, SandboxUnavailable, call_uid, isolation_problem, system_binds
+
+WRITABLE = ("/root", "/app", "/workspace", "/home", "/tmp", INSIDE)
+PYTHON = "/usr/bin/python3"
+
+AGENT = r"""
+import base64, json, os, signal, subprocess, sys, tempfile
+for line in sys.stdin:
+    req = json.loads(line)
+    try:
+        if req["op"] == "write":
+            os.makedirs(os.path.dirname(req["path"]) or ".", exist_ok=True)
+            with open(req["path"], "wb") as f:
+                f.write(base64.b64decode(req["data"]))
+            reply = {"exit_code": 0, "stdout": "", "stderr": ""}
+        else:
+            with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+                proc = subprocess.Popen(["/bin/bash", "-c", req["command"]], cwd=req.get("cwd") or None,
+                                        stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+                timed_out = False
+                try:
+                    proc.wait(timeout=req.get("timeout"))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                texts = []
+                for f in (out, err):
+                    f.seek(0)
+                    texts.append(f.read(req["max_output"]).decode(errors="replace"))
+            reply = {"exit_code": None if timed_out else proc.returncode, "stdout": texts[0], "stderr": texts[1],
+                     "timed_out": timed_out}
+    except Exception as e:
+        reply = {"exit_code": 1, "stdout": "", "stderr": f"{type(e).__name__}: {e}"}
+    sys.stdout.write(json.dumps(reply) + "\n")
+    sys.stdout.flush()
+"""
+
+
+@dataclass
+class CommandResult:
+    """What a command did, in prime_sandboxes' names (packages read `.stdout`, `.stderr`, `.exit_code`)."""
+
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    timed_out: bool = False
+
+
+def command(limits: Limits, uid: int | None) -> list[str]:
+    rlimits = [f"--cpu={limits.cpu_s}", f"--as={limits.memory_mb * 2**20}", f"--fsize={limits.file_mb * 2**20}",
+               f"--nofile={limits.open_files}", "--core=0"]
+    # as root: the code's own user id outside (RLIMIT_NPROC counts the container alone); a user namespace makes it
+    # root inside, so code written for a container image writes where it expects to
+    become = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"] if uid is not None else []
+    if uid is not None:
+        rlimits.append(f"--nproc={limits.processes}")
+    scratch = [arg for folder in WRITABLE
+               for arg in ("--size", str(limits.scratch_mb * 2**20), "--tmpfs", folder)]
+    return [
+        *become, "prlimit", *rlimits, "--",
+        "bwrap", "--unshare-all", "--uid", "0", "--gid", "0", "--die-with-parent", "--new-session",
+        *system_binds(python_too=False), "--proc", "/proc", "--dev", "/dev", *scratch, "--chdir", INSIDE,
+        "--remount-ro", "/",
+        "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "--setenv", "HOME", "/root",
+        "--setenv", "LANG", "C.UTF-8", "--",
+        PYTHON, "-I", "-c", AGENT,
+    ]
+
+
+class LocalContainer:
+    """One rollout's sandbox: `start()`, then `run(command)` and `write(path, data)` any number of times, `close()`."""
+
+    def __init__(self, limits: Limits = Limits(wall_s=60.0, cpu_s=60, scratch_mb=512)):
+        self.limits = limits
+        self.id = f"local-{uuid.uuid4().hex[:12]}"
+        self.proc: asyncio.subprocess.Process | None = None
+        self.lock = asyncio.Lock()  # one request at a time: the agent answers in order
+
+    async def start(self) -> "LocalContainer":
+        if problem := isolation_problem():
+            raise SandboxUnavailable(problem)
+        self.proc = await asyncio.create_subprocess_exec(
+            *command(self.limits, call_uid()), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL, start_new_session=True, limit=2**26)
+        return self
+
+    async def request(self, req: dict, timeout: float) -> dict:
+        async with self.lock:
+            if self.proc is None or self.proc.returncode is not None:
+                raise SandboxUnavailable(f"the local sandbox {self.id} is not running (closed, or its agent died)")
+            self.proc.stdin.write((json.dumps(req) + "\n").encode())
+            await self.proc.stdin.drain()
+            try:
+                line = await asyncio.wait_for(self.proc.stdout.readline(), timeout + 10)
+            except TimeoutError:
+                await self.close()
+                raise
+            if not line:
+                raise SandboxUnavailable(f"the local sandbox {self.id} ended (its agent was killed: a limit hit?)")
+            return json.loads(line)
+
+    async def run(self, command: str, cwd: str | None = None, timeout: float | None = None) -> CommandResult:
+        timeout = timeout or self.limits.wall_s
+        reply = await self.request({"op": "exec", "command": command, "cwd": cwd, "timeout": timeout,
+                                    "max_output": self.limits.output_bytes}, timeout)
+        return CommandResult(reply["stdout"], reply["stderr"], reply["exit_code"], reply.get("timed_out", False))
+
+    async def write(self, path: str, data: bytes) -> None:
+        reply = await self.request({"op": "write", "path": path, "data": base64.b64encode(data).decode()}, 60)
+        if reply["exit_code"] != 0:
+            raise OSError(f"writing {path} in the local sandbox failed: {reply['stderr']}")
+
+    async def close(self) -> None:
+        """End it, every process it started with it (its PID namespace)."""
+        if self.proc is None:
+            return
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        await self.proc.wait()
