@@ -19,10 +19,12 @@ from vfrl.tools import python
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# the guide's prompt, its example call written in the syntax this model's template and vLLM's parser use (Hermes)
 TOOL_PROMPT = """
 Think step-by-step, then either call a tool or give your final answer.
 
-You have a python tool: call it with the code to run, and print() the result.
+Tools can be called with JSON:
+<tool_call>{"name": "python", "arguments": {"code": "print(2+2)"}}</tool_call>
 """
 
 
