@@ -1,6 +1,6 @@
 """Train one community package unchanged with `vf-rl` and the real model, as a new user would, and check what is left.
 
-    python benchmarks/hub_train.py PKG_DIR [--env-args JSON] [--steps 5] [--max-tokens 48] [--out DIR]
+    python benchmarks/hub_train.py PKG_DIR [--env-args JSON] [--steps 5] [--max-tokens 48] [--sandbox local] [--out DIR]
 
 PKG_DIR is a package folder of the hub (e.g. prime-environments' environments/mastermind; nothing of it is kept
 here). It is installed with `vf-install --path PKG_DIR` into a venv of its own layered on vfrl's .venv (a .pth file
@@ -45,10 +45,10 @@ def layered_venv(path: Path) -> Path:
     return path / "bin"
 
 
-def config(module: str, env_args: dict, steps: int, max_tokens: int, run_name: str) -> dict:
+def config(module: str, env_args: dict, steps: int, max_tokens: int, run_name: str, sandbox: str) -> dict:
     return {
         "model": str(ROOT / "models" / "smollm2-135m-instruct"),
-        "env": {"id": module, "args": env_args},
+        "env": {"id": module, "args": env_args, "sandbox": sandbox},
         "inference": {"args": {"dtype": "float32", "max_model_len": 2048, "enforce_eager": True,
                                "disable_log_stats": True, "disable_uvicorn_access_log": True}},
         "trainer": {"args": {
@@ -72,6 +72,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--sandbox", choices=["hosted", "local"], default="hosted", help="env.sandbox (SandboxEnv packages)")
     a = p.parse_args()
     pkg = a.package.resolve()
     module = pkg.name
@@ -86,7 +87,7 @@ def main() -> None:
                           "said": (install.stderr or install.stdout).strip().splitlines()[-1:]}))
         sys.exit(1)
     (out / "config.toml").write_text(tomli_w.dumps(config(module, json.loads(a.env_args), a.steps, a.max_tokens,
-                                                          run_name=f"hub-{module}")))
+                                                          run_name=f"hub-{module}", sandbox=a.sandbox)))
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     t1 = time.time()
     run = subprocess.run([str(bin_dir / "vf-rl"), "@", str(out / "config.toml"), "--no-attach"], cwd=out, env=env,

@@ -308,3 +308,24 @@ def assert_only_health_is_open(base_url: str, config: Path, server_log: Path, ap
         tokenized = http.post("/tokenize", headers=authorized, json={"model": app["model"], "prompt": "ab"})
         assert tokenized.status_code == 200, tokenized.text
     return paths | websockets
+
+
+def sandbox_processes() -> list[str]:
+    """`uid pid args` of every process of this test process's sandboxes still on the machine: as root, those of its
+    calls' user ids (vfrl/sandbox/local.py: call_uid), wherever they went; and any descendant of this process that
+    is a sandbox's (a bwrap not reaped, what ran in it). Other processes' sandboxes are not counted."""
+    from vfrl.proc_table import table
+
+    first = 2_000_000 + (os.getpid() % 4_000_000) * 512
+    procs = table()
+
+    def ours(pid: int) -> bool:
+        while pid > 1 and pid in procs:
+            pid = procs[pid].ppid
+            if pid == os.getpid():
+                return True
+        return False
+
+    out = subprocess.run(["ps", "-eo", "uid=,pid=,args="], capture_output=True, text=True).stdout.splitlines()
+    return [line for line in out if first <= int(line.split()[0]) < first + 512
+            or (ours(int(line.split()[1])) and "ps -eo" not in line and "bwrap" in line)]

@@ -297,7 +297,8 @@ def test_vf_vllm_serves_generate_in_the_shape_verifiers_reads():
     argv = config_argv(RLConfig.model_validate({"model": "m", "env": {"id": "v1-reverse"}}))
     # vLLM runs the last --middleware first: the API key is checked before the rewrite
     assert argv[-4:] == ["--middleware", COMPAT_MIDDLEWARE, "--middleware", AUTH_MIDDLEWARE]
-    assert COMPAT_MIDDLEWARE not in config_argv(RLConfig.model_validate({"model": "m", "env": {"id": "reverse-text"}}))
+    assert COMPAT_MIDDLEWARE not in config_argv(RLConfig.model_validate(
+        {"model": "m", "env": {"id": "v1-reverse"}, "inference": {"enable_scale_out": False}}))
 
 
 def test_a_verifiers_package_starts_without_uv(monkeypatch):

@@ -113,7 +113,7 @@ HOOKS = [
          genuinely_async=True),
     Hook("cleanup", "on_end", "(self, state)", calls_base="", replaces="state['hooked'] = 'cleanup'",
          classes=("MultiTurnEnv", "ToolEnv"), decorator="@vf.cleanup"),
-    Hook("teardown", "close_once", "(self)", calls_base="", replaces="CLOSED.append(type(self).__name__)",
+    Hook("teardown", "close_once", "(self)", calls_base="", replaces="CLOSED.append(id(self))",
          classes=("MultiTurnEnv",), decorator="@vf.teardown"),
 ]
 
@@ -176,7 +176,7 @@ def package_source(made: list[Case]) -> str:
     return f'''"""Every hook shape of tests/test_hook_shapes.py, a class each: generated as a hub package is written."""
 import verifiers as vf
 
-CLOSED = []  # the classes whose @vf.teardown ran
+CLOSED = []  # the environments (id()) whose @vf.teardown ran
 
 
 def add(a: int, b: int, secret: str = "") -> str:
@@ -227,6 +227,7 @@ async def rollout_of(env, client, model: str = "m", max_tokens: int = 300):
     try:
         r, state = await env.rollout_with_state(client, model, env.dataset[0], 0,
                                                 {"max_tokens": max_tokens, "temperature": 0.0})
+        state["env_id"] = id(env)  # which environment's teardown to look for (assert_hook_ran)
         return await env.score(r, state), state
     finally:
         await env.aclose()
@@ -271,7 +272,7 @@ def assert_hook_ran(case: Case, r, state, exact: bool = True) -> None:
     if hook == "teardown":
         import sys
 
-        assert sys.modules[PACKAGE].CLOSED.count(case.cls_name) == 1
+        assert sys.modules[PACKAGE].CLOSED.count(state["env_id"]) == 1
 
 
 def test_the_cases_cover_every_hook_class_and_shape():

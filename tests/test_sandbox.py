@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import sandbox_processes
 
 from vfrl import sandbox
 from vfrl.sandbox import Limits, run
@@ -32,12 +33,6 @@ def sandboxed(code: str, limits: Limits = FAST) -> sandbox.Result:
     return asyncio.run(run([sys.executable, "-I", "-c", textwrap.dedent(code)], limits))
 
 
-def call_processes() -> list[str]:
-    """Processes of sandbox calls still on the machine (their user ids start at 2,000,000), and any bwrap."""
-    out = subprocess.run(["ps", "-eo", "uid=,pid=,args="], capture_output=True, text=True).stdout.splitlines()
-    return [line for line in out if int(line.split()[0]) >= 2_000_000 or " bwrap " in f" {line} "]
-
-
 @pytest.fixture(autouse=True)
 def nothing_left_and_nothing_changed(tmp_path, monkeypatch):
     """The run's secrets where an attack would look (its environment, its run directory, a home with keys), and,
@@ -51,7 +46,7 @@ def nothing_left_and_nothing_changed(tmp_path, monkeypatch):
     before = {p: p.read_text() for p in tmp_path.rglob("*") if p.is_file()}
     yield tmp_path
     deadline = time.monotonic() + 10
-    while (left := call_processes()) and time.monotonic() < deadline:  # the kernel ends them as the call ends
+    while (left := sandbox_processes()) and time.monotonic() < deadline:  # the kernel ends them as the call ends
         time.sleep(0.1)
     assert not left, left
     assert {p: p.read_text() for p in tmp_path.rglob("*") if p.is_file()} == before

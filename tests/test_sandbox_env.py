@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import sandbox_processes
 from fake_openai import FakeOpenAI
 
 import vfrl as vf
@@ -85,11 +86,6 @@ def roll(env, replies):
     return asyncio.run(go())
 
 
-def bwrap_processes() -> list[str]:
-    ps = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout.splitlines()
-    return [line for line in ps if line.startswith("bwrap ")]
-
-
 def test_the_models_bash_calls_run_in_a_sandbox_of_the_rollouts_own(local):
     env = vf.SandboxEnv(dataset=[{"question": "make a file", "answer": ""}], max_turns=4)
     assert [t.name for t in env.tool_defs] == ["bash"]
@@ -102,7 +98,7 @@ def test_the_models_bash_calls_run_in_a_sandbox_of_the_rollouts_own(local):
     assert "local" not in tools[1]  # the test process's VFRL_SANDBOX is not in the sandbox's environment
     assert tools[2] == "no network"
     assert len(state["sandbox_state"]["command_execution_times"]) == 3 and env.active_sandboxes == set()
-    assert bwrap_processes() == []  # deleted when the rollout ended
+    assert sandbox_processes() == []  # deleted when the rollout ended
 
 
 def test_a_hub_shaped_package_runs_unchanged_with_its_own_sandbox_calls(local, tmp_path, monkeypatch):
@@ -112,7 +108,7 @@ def test_a_hub_shaped_package_runs_unchanged_with_its_own_sandbox_calls(local, t
     assert env.tool_defs == []  # it took bash away from the model
     r, state = roll(env, ["42"])
     assert state["checked"] == "False" and r.reward == 1.0 and not r.reward_errors
-    assert bwrap_processes() == []
+    assert sandbox_processes() == []
 
 
 def test_without_env_sandbox_local_it_is_refused_in_one_line(tmp_path, monkeypatch):

@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import json
-import os
-import signal
 import uuid
 from dataclasses import dataclass
 
-from vfrl.sandbox.local import INSIDE, Limits, SandboxUnavailable, call_uid, isolation_problem, system_binds
+from vfrl.sandbox.local import INSIDE, Limits, SandboxUnavailable, call_uid, end, isolation_problem, system_binds
 
 WRITABLE = ("/root", "/app", "/workspace", "/home", "/tmp", INSIDE)
 PYTHON = "/usr/bin/python3"
@@ -140,9 +137,5 @@ class LocalContainer:
 
     async def close(self) -> None:
         """End it, every process it started with it (its PID namespace)."""
-        if self.proc is None:
-            return
-        if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-        await self.proc.wait()
+        if self.proc is not None and self.proc.returncode is None:
+            await end(self.proc)

@@ -185,9 +185,7 @@ async def _run(cmd: list[str], limits: Limits, stdin: bytes | None) -> Result:
     finally:
         flood.cancel()
         if proc.returncode is None:
-            # bubblewrap's first process dies with it, and the kernel then ends every process of the namespace
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            await end(proc)
         if not work.done():
             work.cancel()
             await asyncio.gather(work, return_exceptions=True)
@@ -196,3 +194,22 @@ async def _run(cmd: list[str], limits: Limits, stdin: bytes | None) -> Result:
         killed = "output"
     return Result(out.decode(errors="replace"), err.decode(errors="replace"),
                   None if killed else proc.returncode, killed)
+
+
+async def end(proc: asyncio.subprocess.Process) -> None:
+    """End a sandbox now: SIGKILL bubblewrap's child inside the namespaces (the PID namespace's first process: the
+    kernel then ends every other process in it), which bubblewrap outside reaps before it exits; then reap that.
+    Killing bubblewrap first would leave its child to die of the parent-death signal, reaped by no one here (a
+    zombie under the machine's init, which in a container may never reap)."""
+    from vfrl.proc_table import table
+
+    inside = [pid for pid, st in table().items() if st.ppid == proc.pid]
+    for pid in inside:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    try:
+        await asyncio.wait_for(proc.wait(), 5 if inside else 0.01)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
