@@ -93,13 +93,11 @@ def test_messages_read_as_objects_and_tool_calls_flat():
 
 
 def test_unsupported_classes_fail_in_one_line(monkeypatch):
-    with pytest.raises(NotImplementedError, match="^vfrl does not support PythonEnv: its persistent Python REPL "
-                                                  "does not run in vfrl's local sandbox yet"):
-        vf.PythonEnv(dataset=[{"question": "q"}])
     monkeypatch.delenv("VFRL_SANDBOX", raising=False)
-    with pytest.raises(NotImplementedError, match="^vfrl does not run Prime Intellect's hosted sandboxes, which "
-                                                  "SandboxEnv creates; set env.sandbox = \"local\""):
-        vf.SandboxEnv(dataset=[{"question": "q"}])
+    for cls in (vf.SandboxEnv, vf.PythonEnv):  # without env.sandbox = "local"
+        with pytest.raises(NotImplementedError, match=f"^vfrl does not run Prime Intellect's hosted sandboxes, which "
+                                                      f"{cls.__name__} creates; set env.sandbox = \"local\""):
+            cls(dataset=[{"question": "q"}])
     with pytest.raises(NotImplementedError, match="^vfrl does not support BrowserEnv: it needs a hosted browser"):
         vf.BrowserEnv(dataset=[{"question": "q"}])
 

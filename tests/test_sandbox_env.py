@@ -150,3 +150,23 @@ def test_vf_eval_takes_sandbox_local(tmp_path, monkeypatch):
     assert done.returncode == 0, done.stderr[-2000:]
     [line] = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
     assert json.loads(line)["reward"] == 1.0
+
+
+def test_python_env_keeps_a_python_session_per_rollout(local):
+    """verifiers' PythonEnv: the model's `python` calls share their variables, a last expression shows as Out[n],
+    errors come back as the traceback, code past its time ends the session (and the next call starts a new one)."""
+
+    def python_call(code: str) -> str:
+        return "<tool_call>" + json.dumps({"name": "python", "arguments": {"code": code}}) + "</tool_call>"
+
+    env = vf.PythonEnv(dataset=[{"question": "q", "answer": ""}], max_turns=6, timeout_per_command_seconds=2)
+    assert [t.name for t in env.tool_defs] == ["python"]
+    assert set(env.tool_defs[0].parameters["properties"]) == {"code"}
+    r, state = roll(env, [python_call("x = 6\nprint('hi')\nx * 7"), python_call("x + 1"), python_call("1 / 0"),
+                          python_call("while True: pass"), python_call("x"), "done"])
+    tools = [m["content"] for m in r.completion if m["role"] == "tool"]
+    assert tools[0] == "hi\nOut[1]: 42" and tools[1] == "Out[2]: 7"
+    assert tools[2].startswith("Traceback") and tools[2].endswith("ZeroDivisionError: division by zero")
+    assert tools[3].startswith("Error: the code ran past its 2s limit; the Python session was restarted")
+    assert tools[4].endswith("NameError: name 'x' is not defined")  # a new session
+    assert sandbox_processes() == []

@@ -133,9 +133,46 @@ class SandboxEnv(StatefulToolEnv):
 
 
 class PythonEnv(SandboxEnv):
-    """verifiers' SandboxEnv with a persistent Python REPL tool: not run by vfrl's local sandbox yet."""
+    """verifiers' PythonEnv: the model's `python` tool runs its code in a persistent Python session in the rollout's
+    sandbox (variables kept between calls; one past its time limit ends the session, the next starts anew), with
+    `bash` kept from the model. `pip_install_packages` is not installed (the sandbox has no network): the code
+    imports what /usr/bin/python3 has."""
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        raise NotImplementedError(
-            "vfrl does not support PythonEnv: its persistent Python REPL does not run in vfrl's local sandbox yet "
-            "(SandboxEnv's bash tool does, with env.sandbox = \"local\"); vfrl.tools.python runs one-off code")
+    def __init__(self, pip_install_packages: str = "numpy sympy scipy", max_startup_wait_seconds: int = 30,
+                 **kwargs: Any):
+        self.pip_install_packages = pip_install_packages
+        kwargs.setdefault("sandbox_name", "python-env")
+        super().__init__(**kwargs)
+        self.add_tool(self.python, args_to_skip=["sandbox_id", "sandbox_state", "python_state"])
+        self.remove_tool(self.bash)
+
+    async def setup_state(self, state: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        state = await super().setup_state(state, **kwargs)
+        state["python_state"] = {"ready": True, "execution_count": 0, "ready_wait_time": 0.0}
+        return state
+
+    def update_tool_args(self, tool_name: str, tool_args: dict[str, Any], messages: Any, state: dict[str, Any],
+                         **kwargs: Any) -> Returned:
+        args = super().update_tool_args(tool_name, tool_args, messages, state, **kwargs)
+        if tool_name == "python":
+            args.update(sandbox_id=state["sandbox_id"], sandbox_state=state["sandbox_state"],
+                        python_state=state["python_state"])
+        return args
+
+    async def python(self, code: str, sandbox_id: str, sandbox_state: SandboxState,
+                     python_state: dict[str, Any]) -> str:
+        """Execute `code` inside persistent Python REPL.
+
+        Args:
+            code: Python code; a last expression's value is shown, as in a REPL.
+        """
+        reply = await self.sandbox_client.run_python(sandbox_id, code, timeout=self.timeout_per_command_seconds)
+        if reply["status"] == "timeout":
+            return (f"Error: the code ran past its {self.timeout_per_command_seconds}s limit; the Python session was "
+                    "restarted (its variables are gone)")
+        python_state["execution_count"] = count = reply.get("execution_count", python_state["execution_count"] + 1)
+        stdout, stderr = (reply.get("stdout") or "").rstrip(), (reply.get("stderr") or "").rstrip()
+        parts = [text for text in (stdout, f"stderr:\n{stderr}" if stderr else "") if text]
+        if reply.get("result") is not None:
+            parts.append(reply["result"].rstrip() if reply["status"] == "error" else f"Out[{count}]: {reply['result']}")
+        return "\n".join(parts) or "(no output)"

@@ -32,6 +32,10 @@ class LocalSandboxClient:
                               timeout: float | None = None, **kwargs: Any) -> CommandResult:
         return await self.get(sandbox_id).run(command, cwd=working_dir, timeout=timeout)
 
+    async def run_python(self, sandbox_id: str, code: str, timeout: float | None = None) -> dict:
+        """`code` in the sandbox's persistent Python session (container.py: LocalContainer.python)."""
+        return await self.get(sandbox_id).python(code, timeout=timeout)
+
     async def upload_file(self, sandbox_id: str, file_path: str, local_file_path: str) -> None:
         await self.get(sandbox_id).write(file_path, Path(local_file_path).read_bytes())
 

@@ -27,12 +27,66 @@ from vfrl.sandbox.local import INSIDE, Limits, SandboxUnavailable, call_uid, end
 WRITABLE = ("/root", "/app", "/workspace", "/home", "/tmp", INSIDE)
 PYTHON = "/usr/bin/python3"
 
+# a persistent Python session (PythonEnv's REPL): one JSON request a line on its stdin, one JSON reply on a copy of
+# its stdout; what the code prints goes to the reply, and a last expression's value as `result`, as a REPL shows it
+REPL = r"""
+import ast, contextlib, io, json, os, sys, traceback
+requests, replies = os.fdopen(os.dup(0)), os.fdopen(os.dup(1), "w")
+sys.stdin = open(os.devnull)
+namespace, count = {"__name__": "__main__"}, 0
+for line in requests:
+    code, limit = json.loads(line)["code"], 16000
+    count += 1
+    out, err, status, result = io.StringIO(), io.StringIO(), "ok", None
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            tree = ast.parse(code, "<cell>", "exec")
+            last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+            exec(compile(tree, "<cell>", "exec"), namespace)
+            if last is not None and (value := eval(compile(ast.Expression(last.value), "<cell>", "eval"),
+                                                   namespace)) is not None:
+                result = repr(value)
+        except BaseException:
+            status, result = "error", traceback.format_exc()
+    replies.write(json.dumps({"status": status, "stdout": out.getvalue()[:limit], "stderr": err.getvalue()[:limit],
+                              "result": result if result is None else result[:limit], "execution_count": count}) + "\n")
+    replies.flush()
+"""
+
 AGENT = r"""
-import base64, json, os, signal, subprocess, sys, tempfile
+import base64, json, os, select, signal, subprocess, sys, tempfile
+repl = None
 for line in sys.stdin:
     req = json.loads(line)
     try:
-        if req["op"] == "write":
+        if req["op"] == "python":
+            if repl is None or repl.poll() is not None:
+                repl = subprocess.Popen([sys.executable, "-I", "-u", "-c", sys.argv[1]], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                        start_new_session=True, cwd=req.get("cwd") or None)
+            repl.stdin.write(json.dumps({"code": req["code"]}) + "\n")
+            repl.stdin.flush()
+            answer = repl.stdout.readline() if select.select([repl.stdout], [], [], req["timeout"])[0] else None
+            try:
+                reply = json.loads(answer) if answer else None
+            except ValueError:
+                reply = None
+            if not isinstance(reply, dict) or "execution_count" not in reply:  # a new session next time
+                if answer is None:
+                    reply = {"status": "timeout"}
+                elif answer:  # the code wrote to the session's own stdout: its reply cannot be read
+                    reply = {"status": "error", "result": "the Python session's output could not be read (the code "
+                                                          "wrote to its file descriptor 1); a new session was started"}
+                else:
+                    reply = {"status": "error", "result": "the Python session ended (the code exited it); a new "
+                                                          "session was started"}
+                try:
+                    os.killpg(repl.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                repl.wait()
+                repl = None
+        elif req["op"] == "write":
             os.makedirs(os.path.dirname(req["path"]) or ".", exist_ok=True)
             with open(req["path"], "wb") as f:
                 f.write(base64.b64decode(req["data"]))
@@ -88,7 +142,7 @@ def command(limits: Limits, uid: int | None) -> list[str]:
         "--remount-ro", "/",
         "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "--setenv", "HOME", "/root",
         "--setenv", "LANG", "C.UTF-8", "--",
-        PYTHON, "-I", "-c", AGENT,
+        PYTHON, "-I", "-c", AGENT, REPL,
     ]
 
 
@@ -129,6 +183,14 @@ class LocalContainer:
         reply = await self.request({"op": "exec", "command": command, "cwd": cwd, "timeout": timeout,
                                     "max_output": self.limits.output_bytes}, timeout)
         return CommandResult(reply["stdout"], reply["stderr"], reply["exit_code"], reply.get("timed_out", False))
+
+    async def python(self, code: str, timeout: float | None = None) -> dict:
+        """Run `code` in the sandbox's persistent Python session (started on first use, with the session's
+        variables kept between calls; a call past its timeout ends the session, and the next starts a new one).
+        Returns status ("ok", "error", "timeout"), stdout, stderr, result (a last expression's repr, or the
+        traceback) and execution_count."""
+        timeout = timeout or self.limits.wall_s
+        return await self.request({"op": "python", "code": code, "timeout": timeout, "cwd": INSIDE}, timeout)
 
     async def write(self, path: str, data: bytes) -> None:
         reply = await self.request({"op": "write", "path": path, "data": base64.b64encode(data).decode()}, 60)
