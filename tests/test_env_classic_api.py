@@ -372,3 +372,37 @@ def test_a_classic_tool_package_sampled_after_a_sync_matches_the_trainer(tmp_pat
         assert_reply_turn_reply(r)  # the call, the tool's result, the answer
         assert r.completion[1]["role"] == "tool" and r.completion[1]["content"] == "5"
     assert max_logprob_gap(model, batch.rollouts) < 1e-4
+
+
+# ---- shapes the hub population benchmark found (benchmarks/hub_population.py) ----
+
+@pytest.mark.parametrize("info", ['{"k": 1, "tags": ["a"]}', {"k": 1, "tags": ["a"]}, ""])
+def test_a_rows_info_may_be_a_json_string_as_verifiers_reads_it(info):
+    """prime-environments' agent_dojo stores each row's info as a JSON string (a hub column of strings); verifiers
+    parses it, and vfrl stopped at `dict(info)`."""
+    env = vf.SingleTurnEnv(dataset=[{"question": "q", "answer": "a", "info": info}],
+                           rubric=vf.Rubric(funcs=[lambda info: float(info.get("k", 0))]))
+    [r] = run(env.run_group(FakeOpenAI(["a"]), "m", 0, 1, dict(SAMPLING), asyncio.Semaphore(1)))
+    assert r.info == ({} if info == "" else {"k": 1, "tags": ["a"]}) and r.reward == (0.0 if info == "" else 1.0)
+    with pytest.raises(ValueError, match="a row's info is a string that is not a JSON object"):
+        vf.SingleTurnEnv(dataset=[{"question": "q", "info": "not json"}]).dataset
+
+
+def test_message_types_are_classes_packages_test_with_isinstance():
+    """fh_aviary: `isinstance(item, (vf.SystemMessage, vf.UserMessage, vf.AssistantMessage, vf.ToolMessage))`; vfrl's
+    were functions, and isinstance raised TypeError."""
+    made = [vf.SystemMessage(content="s"), vf.UserMessage(content="u"), vf.AssistantMessage(content="a"),
+            vf.ToolMessage(content="t", tool_call_id="c")]
+    kinds = (vf.SystemMessage, vf.UserMessage, vf.AssistantMessage, vf.ToolMessage)
+    assert [type(m) for m in made] == list(kinds) and all(isinstance(m, kinds) for m in made)
+    assert not isinstance({"role": "user", "content": "u"}, kinds)
+    assert [m.role for m in made] == ["system", "user", "assistant", "tool"] and made[3].tool_call_id == "c"
+    assert made[1] == {"role": "user", "content": "u"} and vf.UserMessage("u") == made[1]
+
+
+def test_a_rubric_takes_verifiers_parallelize_scoring():
+    """kernelbench, coconot and wildjailbreak pass `parallelize_scoring=` (verifiers 0.1.x's Rubric took it)."""
+    rubric = vf.Rubric(funcs=[lambda: 1.0], parallelize_scoring=False, custom_option=3)
+    assert rubric.parallelize_scoring is False and rubric.custom_option == 3
+    assert score(vf.SingleTurnEnv(dataset=[{"question": "q"}], rubric=rubric), [{"role": "assistant",
+                                                                                   "content": "x"}]).reward == 1.0

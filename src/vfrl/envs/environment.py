@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import logging
 import traceback
 from dataclasses import dataclass, field
@@ -128,6 +129,17 @@ def completion_prompt(prompt: Messages | str) -> str:
     if isinstance(prompt, str):
         return prompt
     return "\n\n".join(content_text(message_field(m, "content")) for m in prompt)
+
+
+def info_dict(info: Any) -> dict[str, Any]:
+    """A row's `info` as a dict: a JSON object in a string (a column of strings, as hub datasets store nested data)
+    is parsed, as verifiers parses it."""
+    if isinstance(info, str):
+        try:
+            info = json.loads(info) if info.strip() else {}
+        except json.JSONDecodeError:
+            raise ValueError(f"a row's info is a string that is not a JSON object: {info[:80]!r}") from None
+    return dict(info or {})
 
 
 def marked(env: Any, attr: str) -> list:
@@ -239,7 +251,7 @@ class Environment:
             row = dict(row)
             row["prompt"] = self.prompt_of(row)
             row.setdefault("answer", "")
-            row["info"] = dict(row.get("info") or {})
+            row["info"] = info_dict(row.get("info"))
             row.setdefault("task", "default")
             row.setdefault("example_id", i)
             out.append(row)

@@ -176,21 +176,37 @@ def messages(items: Any) -> list[Message]:
     return [Message.of(m) for m in items]
 
 
-def SystemMessage(content: Any, **fields: Any) -> Message:  # noqa: N802 - verifiers' class name
-    return Message(role="system", content=content, **fields)
+class RoleMessage(Message):
+    """A message of one role, by verifiers' class of that name (`vf.UserMessage(content="hi")`): a Message, so a dict,
+    and a class, so `isinstance(m, vf.UserMessage)` reads as packages write it."""
+
+    ROLE = ""
+
+    def __init__(self, content: Any = None, **fields: Any):
+        super().__init__(role=self.ROLE, content=content, **fields)
 
 
-def UserMessage(content: Any, **fields: Any) -> Message:  # noqa: N802
-    return Message(role="user", content=content, **fields)
+class SystemMessage(RoleMessage):
+    ROLE = "system"
+
+    @classmethod
+    def from_path(cls, path: str | Path) -> "SystemMessage":
+        """verifiers reads a system prompt from a file with `SystemMessage.from_path(path).content`."""
+        return cls(Path(path).read_text(encoding="utf-8"))
 
 
-def AssistantMessage(content: Any = None, **fields: Any) -> Message:  # noqa: N802
-    return Message(role="assistant", content=content, **fields)
+class UserMessage(RoleMessage):
+    ROLE = "user"
 
 
-def ToolMessage(content: Any, tool_call_id: str, **fields: Any) -> Message:  # noqa: N802
-    return Message(role="tool", content=content, tool_call_id=tool_call_id, **fields)
+class AssistantMessage(RoleMessage):
+    ROLE = "assistant"
 
 
-# verifiers reads a system prompt from a file with `SystemMessage.from_path(path).content`
-SystemMessage.from_path = lambda path: SystemMessage(Path(path).read_text(encoding="utf-8"))  # type: ignore[attr-defined]
+class ToolMessage(RoleMessage):
+    ROLE = "tool"
+
+    def __init__(self, content: Any = None, tool_call_id: str = "", **fields: Any):
+        super().__init__(content, tool_call_id=tool_call_id, **fields)
+
+

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from vfrl.envs.environment import Environment, Messages, Rollout, marked
+from vfrl.envs.environment import Environment, Messages, Rollout, info_dict, marked
 from vfrl.envs.faults import is_rejected_request, request_error_text
 from vfrl.envs.group_request import group_member
 from vfrl.envs.hook_results import State, Verdict, maybe_await, positional_params
@@ -143,7 +143,7 @@ class MultiTurnEnv(Environment):
         prompt = prompt if text else as_messages(prompt)
         state = State({
             "prompt": prompt, "answer": row.get("answer", ""), "task": row.get("task", "default"),
-            "info": dict(row.get("info") or {}), "example_id": example_id, "turn": 0, "completion": "" if text else [],
+            "info": info_dict(row.get("info")), "example_id": example_id, "turn": 0, "completion": "" if text else [],
             "truncated": False, "input": row, "trajectory": [],
             # as verifiers gives them, for a package's own calls to the policy (another seat of a game)
             "client": client, "model": model, "sampling_args": sampling_request({**self.sampling_args, **sampling},

@@ -44,7 +44,10 @@ SCORING_OVERRIDES = ("score_rollout", "score_rollouts", "score_group")
 
 
 class Rubric:
-    def __init__(self, funcs: list[RewardFunc] | None = None, weights: list[float] | None = None, parser=None):
+    def __init__(self, funcs: list[RewardFunc] | None = None, weights: list[float] | None = None, parser=None,
+                 parallelize_scoring: bool = True, **kwargs: Any):
+        """`parallelize_scoring` (verifiers 0.1.x) is taken and not read: vfrl scores each rollout's functions in
+        turn, rollouts side by side; other keywords are kept as attributes, as verifiers keeps them."""
         from vfrl.envs.parsers import Parser  # parsers.py is imported by users first; no cycle then
 
         if own := [name for name in SCORING_OVERRIDES if hasattr(type(self), name)]:
@@ -59,6 +62,9 @@ class Rubric:
         # verifiers hands reward functions a plain Parser() when the rubric was given none
         self.parser = parser if parser is not None else Parser()
         self.class_objects: dict[str, Any] = {}  # more arguments reward functions may name (add_class_object)
+        self.parallelize_scoring = parallelize_scoring
+        for key, value in kwargs.items():
+            setattr(self, key, value)
 
     def add_reward_func(self, func: RewardFunc, weight: float = 1.0) -> None:
         self.funcs.append(func)
