@@ -497,3 +497,23 @@ def test_rollout_timeout_must_fit_in_the_batch_timeout():
     with pytest.raises(ValueError,
                        match=r"rollout_timeout = 300.0 is invalid: must be at most generation_timeout \(120\)"):
         TrainerArgs(generation_timeout=120)
+
+
+def test_an_environment_with_only_an_eval_split_trains_on_it():
+    """prime-environments' autodiff gives its rows as eval_dataset only: the rollouts sampled them (rows()), but the
+    data order counted the empty train split, and vf-train spun at 100% CPU forever before its first step."""
+    env = vfrl.SingleTurnEnv(eval_dataset=[{"question": q, "answer": q[::-1]} for q in ("ab", "cd", "ef", "gh")],
+                             rubric=Rubric([right]))
+    orch, _ = orchestrator(env, FakeOpenAI(reverse))
+    batch = run(orch.generate(0, "m", 0))
+    assert sorted(batch.example_ids) == [0, 1, 2, 3] and len(batch.rollouts) == 8
+    assert all(r.reward == 1.0 for r in batch.rollouts)
+
+
+def test_an_environment_with_no_rows_to_train_on_stops_in_one_line():
+    from vfrl.trainer.orchestrator import NoTrainingRows
+
+    env = vfrl.SingleTurnEnv(dataset=lambda: [])  # a builder that found nothing
+    with pytest.raises(NoTrainingRows, match=r"^environment 'SingleTurnEnv' has no rows to train on \(0 rows, 0 of "
+                                             r"them held out for eval\)"):
+        orchestrator(env, FakeOpenAI(reverse))

@@ -39,6 +39,12 @@ class Batch:
         return [len(self.rollouts) // len(self.example_ids)] * len(self.example_ids)
 
 
+class NoTrainingRows(ValueError):
+    """The environment gives no rows to train on; the message is one line."""
+
+    worded_for_users = True
+
+
 class Orchestrator:
     def __init__(self, env: Environment, client, gen: GenerationSection):
         self.env = env
@@ -48,7 +54,12 @@ class Orchestrator:
         self.semaphore = asyncio.Semaphore(gen.max_concurrent)
         self._order: list[int] = []
         self._rng = random.Random(gen.seed)
-        self.num_train = len(env.dataset) - held_out_size(env, gen.evaluation)  # the rest is the eval slice
+        # the rows run_group samples (Environment.rows: the dataset, else the eval split), less the eval slice
+        self.num_train = len(env.rows()) - held_out_size(env, gen.evaluation)
+        if self.num_train <= 0:  # example_ids would never fill a step
+            raise NoTrainingRows(f"environment '{env.env_id}' has no rows to train on ({len(env.rows())} rows, "
+                                 f"{held_out_size(env, gen.evaluation)} of them held out for eval); give it a dataset "
+                                 "or lower trainer.args.num_eval_examples")
 
     def request_seed(self, stream: str, step: int, example_id: int) -> int:
         """vLLM sampling seed of a group, a function of (seed, stream, step, example); sample j adds j.
