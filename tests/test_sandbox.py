@@ -381,10 +381,18 @@ def test_the_run_goes_on_while_calls_are_killed():
     assert len(ticks) >= 10 and max(b - a for a, b in zip(ticks, ticks[1:])) < 0.5
 
 
-def test_a_machine_that_cannot_isolate_refuses_in_one_line(monkeypatch):
+def test_a_machine_that_cannot_isolate_refuses_in_one_line_unless_the_config_consents(monkeypatch, tmp_path):
     monkeypatch.setattr(sandbox.local, "isolation_problem", lambda: "running model code needs bwrap ...")
-    with pytest.raises(sandbox.SandboxUnavailable, match="^running model code needs bwrap"):
+    monkeypatch.delenv(sandbox.MODE_ENV, raising=False)
+    with pytest.raises(sandbox.SandboxUnavailable, match='^running model code needs bwrap ...; or, to run model '
+                                                         'code without isolation, set env.sandbox = "unsandboxed"$'):
         asyncio.run(python("print(1)"))
+    monkeypatch.setenv(sandbox.MODE_ENV, "unsandboxed")  # the explicit consent: rlimits, a fresh folder, no env
+    said = asyncio.run(python("import os; print(os.getcwd().startswith('/tmp/vfrl-unsandboxed-'), "
+                              "'VFRL_API_KEY' in os.environ, os.listdir('.'))"))
+    assert said == "True False []\n"
+    r = asyncio.run(run([sys.executable, "-I", "-c", "x = bytearray(2 << 30)"], FAST))
+    assert "MemoryError" in r.stderr  # its rlimits still hold
 
 
 def test_threads_calling_at_once_get_distinct_user_ids():

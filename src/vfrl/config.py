@@ -53,10 +53,12 @@ class EnvConfig(Strict):
     workers: int = Field(0, ge=0, description="verifiers 0.4 packages only: run the episodes in verifiers' env server "
                          "with this many worker processes beside the trainer (a host with cores to spare: each "
                          "episode costs the process running it ~5 ms of CPU). 0: in the trainer's process.")
-    sandbox: Literal["hosted", "local"] = Field(
+    sandbox: Literal["hosted", "local", "unsandboxed"] = Field(
         "hosted", description="Where verifiers' SandboxEnv creates its sandboxes. hosted: Prime Intellect's service, "
         "which vfrl does not run (such an environment is refused in one line); local: vfrl's local sandbox on this "
-        "machine (bubblewrap: no network, the machine's system read-only in place of the package's docker image).")
+        "machine (bubblewrap: no network, the machine's system read-only in place of the package's docker image). "
+        "unsandboxed: on a machine that cannot isolate, run the python tool's code without isolation (rlimits and "
+        "a fresh folder only), which is otherwise refused.")
 
 
 # vLLM's --gpu-memory-utilization on a GPU shared with the trainer when vf-rl cannot read the model's size

@@ -22,7 +22,9 @@ import json
 import uuid
 from dataclasses import dataclass
 
-from vfrl.sandbox.local import INSIDE, Limits, SandboxUnavailable, call_uid, end, isolation_problem, system_binds
+from vfrl.sandbox.local import (
+    INSIDE, Limits, SandboxUnavailable, call_uid, end, isolation_problem, rlimit_args, system_binds,
+)
 
 WRITABLE = ("/root", "/app", "/workspace", "/home", "/tmp", INSIDE)
 PYTHON = "/usr/bin/python3"
@@ -126,13 +128,10 @@ class CommandResult:
 
 
 def command(limits: Limits, uid: int | None) -> list[str]:
-    rlimits = [f"--cpu={limits.cpu_s}", f"--as={limits.memory_mb * 2**20}", f"--fsize={limits.file_mb * 2**20}",
-               f"--nofile={limits.open_files}", "--core=0"]
     # as root: the code's own user id outside (RLIMIT_NPROC counts the container alone); a user namespace makes it
     # root inside, so code written for a container image writes where it expects to
+    rlimits = rlimit_args(limits, nproc=uid is not None)
     become = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"] if uid is not None else []
-    if uid is not None:
-        rlimits.append(f"--nproc={limits.processes}")
     scratch = [arg for folder in WRITABLE
                for arg in ("--size", str(limits.scratch_mb * 2**20), "--tmpfs", folder)]
     return [

@@ -32,6 +32,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,16 +104,21 @@ def call_uid() -> int | None:
     return 2_000_000 + (os.getpid() % 4_000_000) * 512 + slot
 
 
+def rlimit_args(limits: Limits, nproc: bool) -> list[str]:
+    """prlimit's options for `limits` (RLIMIT_NPROC only where it counts the call's own processes: see above)."""
+    args = [f"--cpu={limits.cpu_s}", f"--as={limits.memory_mb * 2**20}", f"--fsize={limits.file_mb * 2**20}",
+            f"--nofile={limits.open_files}", "--core=0"]
+    return args + [f"--nproc={limits.processes}"] if nproc else args
+
+
 def command(argv: list[str], limits: Limits, uid: int | None) -> list[str]:
     """The command line of one call. As root, bubblewrap mounts as root (no user namespace: the mounts need no
     reading of /root's pyenv by another user) and the code runs as `uid`, switched to inside by setpriv with every
     capability dropped; as another user, bubblewrap's user namespace maps that user."""
-    rlimits = [f"--cpu={limits.cpu_s}", f"--as={limits.memory_mb * 2**20}", f"--fsize={limits.file_mb * 2**20}",
-               f"--nofile={limits.open_files}", "--core=0"]
+    rlimits = rlimit_args(limits, nproc=uid is not None)  # RLIMIT_NPROC counts uid's processes: this call's alone
     if uid is None:
         namespaces, become = ["--unshare-all"], []
     else:
-        rlimits.append(f"--nproc={limits.processes}")  # counts uid's processes: this call's alone
         namespaces = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
                       "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
         become = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
@@ -146,17 +152,33 @@ def isolation_problem() -> str | None:
     return None
 
 
+UNSANDBOXED = "unsandboxed"  # env.sandbox's explicit consent to run model code without isolation
+
+
 async def run(argv: list[str], limits: Limits = Limits(), stdin: bytes | None = None) -> Result:
-    """Run `argv` in a new sandbox, in its empty working folder; what it printed and how it ended."""
+    """Run `argv` in a new sandbox, in its empty working folder; what it printed and how it ended.
+
+    Where this machine cannot isolate, it refuses (SandboxUnavailable), unless env.sandbox = "unsandboxed" says to
+    run the code without isolation: then only the rlimits, the wall time and output bounds, a cleared environment
+    and a fresh working folder hold (nothing of the network, the filesystem or other processes is kept from it)."""
+    from vfrl.sandbox import mode
+
     if problem := isolation_problem():
-        raise SandboxUnavailable(problem)
+        if mode() != UNSANDBOXED:
+            raise SandboxUnavailable(f"{problem}; or, to run model code without isolation, set env.sandbox = "
+                                     f"\"{UNSANDBOXED}\"")
+        with tempfile.TemporaryDirectory(prefix="vfrl-unsandboxed-") as folder:
+            return await _run(["prlimit", *rlimit_args(limits, nproc=False), "--", *argv], limits, stdin,
+                              cwd=folder, env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": folder,
+                                               "LANG": "C.UTF-8"})
     return await _run(command(argv, limits, call_uid()), limits, stdin)
 
 
-async def _run(cmd: list[str], limits: Limits, stdin: bytes | None) -> Result:
+async def _run(cmd: list[str], limits: Limits, stdin: bytes | None, cwd: str | None = None,
+               env: dict[str, str] | None = None) -> Result:
     proc = await asyncio.create_subprocess_exec(
         *cmd, stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True, cwd=cwd, env=env)
     out, err = bytearray(), bytearray()
     killed = None
     over = asyncio.Event()

@@ -42,6 +42,7 @@ app = typer.Typer(add_completion=False, help=__doc__.split("\n\n")[0])
 class Sandbox(str, Enum):
     hosted = "hosted"
     local = "local"
+    unsandboxed = "unsandboxed"
 
 
 class TokenIds(str, Enum):
@@ -238,7 +239,8 @@ def evaluate(
     sandbox: Annotated[Optional[Sandbox], typer.Option(
         "--sandbox", case_sensitive=False,
         help="Where verifiers' SandboxEnv runs its sandboxes: 'local' is vfrl's sandbox on this machine (no network, "
-             "the machine's system read-only); 'hosted' (Prime Intellect's service) is not run by vfrl.")] = None,
+             "the machine's system read-only); 'hosted' (Prime Intellect's service) is not run by vfrl; "
+             "'unsandboxed' lets the python tool run code without isolation where the machine cannot isolate.")] = None,
     token_ids: Annotated[TokenIds, typer.Option(
         "--token-ids", case_sensitive=False,
         help="Record vLLM's token ids and logprobs per rollout: 'on' needs vLLM, 'off' sends plain requests without "
