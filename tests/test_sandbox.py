@@ -144,14 +144,14 @@ def test_another_calls_working_folder_is_not_there():
         await asyncio.sleep(0.5)
         second = await run([sys.executable, "-I", "-c", textwrap.dedent("""
             import glob, os
-            print(glob.glob("/tmp/*"), glob.glob("/tmp/vfrl-sandbox-*/*"), os.listdir("."))
+            print(glob.glob("/tmp/vfrl-*"), os.listdir("."))
             print([p for top in ("/tmp", "/sandbox", "/root", "/work", "/home", "/dev") for p in
-                   glob.glob(f"{top}/**/mine.txt", recursive=True)])
+                   glob.glob(f"{top}/**/mine.txt", recursive=True) if "site-packages" not in p])
         """)], FAST)
         return await first, second
 
     first, second = asyncio.run(both())
-    assert first.ok and second.stdout.splitlines() == ["[] [] []", "[]"], second
+    assert first.ok and second.stdout.splitlines() == ["[] []", "[]"], second
 
 
 # ---- writing ----

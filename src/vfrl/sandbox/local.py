@@ -125,11 +125,12 @@ def command(argv: list[str], limits: Limits, uid: int | None) -> list[str]:
                   "--bounding-set=-all", "--no-new-privs", "--"]
     return [
         "prlimit", *rlimits, "--",
-        "bwrap", *namespaces, "--die-with-parent", "--new-session", *system_binds(),
-        "--proc", "/proc", "--dev", "/dev",
-        # the only writable places, in memory and capped: a folder of the host would let it fill the disk
+        "bwrap", *namespaces, "--die-with-parent", "--new-session",
+        # the only writable places, in memory and capped (a folder of the host would let it fill the disk); mounted
+        # before the system, so a Python or venv that lives under /tmp (a clone there) is bound inside, not hidden
         "--perms", "1777", "--size", str(limits.scratch_mb * 2**20), "--tmpfs", "/tmp",
-        "--perms", "1777", "--size", str(limits.scratch_mb * 2**20), "--tmpfs", INSIDE, "--chdir", INSIDE,
+        "--perms", "1777", "--size", str(limits.scratch_mb * 2**20), "--tmpfs", INSIDE,
+        *system_binds(), "--proc", "/proc", "--dev", "/dev", "--chdir", INSIDE,
         "--remount-ro", "/",  # the root bubblewrap built: no new top-level folders (the working folder stays rw)
         "--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", INSIDE,
         "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--",
