@@ -185,12 +185,13 @@ async def _run(cmd: list[str], limits: Limits, stdin: bytes | None, cwd: str | N
     over = asyncio.Event()
 
     async def drain(stream: asyncio.StreamReader, into: bytearray) -> None:
+        """Keep what fits the output bound; read on past it and drop the rest, so that the pipe, never left full,
+        ends when the process does (asyncio's wait() waits for its pipes too)."""
         while chunk := await stream.read(65536):
             room = limits.output_bytes - len(out) - len(err)
             into += chunk[:max(room, 0)]
             if len(chunk) > room:
                 over.set()
-                return
 
     async def feed() -> None:
         if stdin is not None:
