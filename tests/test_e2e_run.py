@@ -34,8 +34,8 @@ def watch_argv_for_the_key(proc: subprocess.Popen, key_file: Path, timeout: floa
         if time.monotonic() > deadline:
             proc.kill()
             raise TimeoutError(f"vf-rl still running after {timeout:.0f}s")
-        if seen.cores is None and (key_file.parent / "metrics.jsonl").exists():  # vLLM serves
-            seen.cores = vllm_cores(key_file.parent / "inference.pid")
+        if (key_file.parent / "metrics.jsonl").exists():  # vLLM serves: the last reading while it still does
+            seen.cores = vllm_cores(key_file.parent / "inference.pid") or seen.cores
         if seen.key is None and key_file.exists():
             seen.key = key_file.read_text() or None  # created empty (0600), then written
         if seen.key:
@@ -54,20 +54,24 @@ def watch_argv_for_the_key(proc: subprocess.Popen, key_file: Path, timeout: floa
     return seen
 
 
-def vllm_cores(pid_file: Path) -> dict[str, set[int]]:
+def vllm_cores(pid_file: Path) -> dict[str, set[int]] | None:
     """The cores each thread of vLLM's API server and of its engine core's main thread may run on (sched_getaffinity),
-    as sets of core sets by process: {"api server": {...}, "engine core": {...}}."""
+    as sets of core sets by process: {"api server": {...}, "engine core": {...}}; None while either is not found
+    (started, or ended, meanwhile)."""
     import psutil
 
     found: dict[str, set] = {"api server": set(), "engine core": set()}
-    for p in psutil.Process(int(pid_file.read_text())).children(recursive=True):
-        kind = "engine core" if p.name().startswith("VLLM::EngineCore") else (
-            "api server" if "vllm.entrypoints.openai.api_server" in " ".join(p.cmdline()) else None)
-        if kind == "api server":
-            found[kind] |= {frozenset(os.sched_getaffinity(t.id)) for t in p.threads()}
-        elif kind == "engine core":
-            found[kind].add(frozenset(os.sched_getaffinity(p.pid)))
-    return found
+    try:
+        for p in psutil.Process(int(pid_file.read_text())).children(recursive=True):
+            kind = "engine core" if p.name().startswith("VLLM::EngineCore") else (
+                "api server" if "vllm.entrypoints.openai.api_server" in " ".join(p.cmdline()) else None)
+            if kind == "api server":
+                found[kind] |= {frozenset(os.sched_getaffinity(t.id)) for t in p.threads()}
+            elif kind == "engine core":
+                found[kind].add(frozenset(os.sched_getaffinity(p.pid)))
+    except (OSError, ValueError, psutil.Error):
+        return None
+    return found if all(found.values()) else None
 
 
 @pytest.fixture(scope="module")

@@ -65,15 +65,20 @@ def free_api_server(server_pid: int, cores: set[int], health_url: str, poll_s: f
             time.sleep(poll_s)
         else:
             return
-        try:
-            tasks = os.listdir(f"/proc/{server_pid}/task")
-        except OSError:  # the server ended meanwhile
-            return
-        for task in tasks:
+        freed: set[str] = set()
+        while True:  # again until no thread is new: one started meanwhile by a thread not yet let out
             try:
-                os.sched_setaffinity(int(task), cores)
-            except OSError:  # a thread that ended meanwhile
-                pass
+                tasks = set(os.listdir(f"/proc/{server_pid}/task")) - freed
+            except OSError:  # the server ended meanwhile
+                return
+            if not tasks:
+                return
+            for task in tasks:
+                try:
+                    os.sched_setaffinity(int(task), cores)
+                except OSError:  # a thread that ended meanwhile
+                    pass
+            freed |= tasks
 
     thread = threading.Thread(target=free, name="free-api-server", daemon=True)
     thread.start()
