@@ -205,7 +205,7 @@ def resume_step(cmd: list[str], run_base: Path) -> int | None:
     if "--resume" not in cmd:
         return None
     from vfrl.launcher.resume import find_checkpoint
-    from vfrl.trainer.checkpoint import step_of
+    from vfrl.learner.checkpoint import step_of
 
     value = cmd[cmd.index("--resume") + 1]
     return step_of(find_checkpoint(run_base, value if value == "latest" else str(ROOT / value))[1])
@@ -261,7 +261,7 @@ class Checks:
         import torch
         from safetensors.torch import load_file
 
-        from vfrl.trainer.checkpoint import TrainingState, batch_from_json, list_checkpoints, step_of
+        from vfrl.learner.checkpoint import TrainingState, batch_from_json, list_checkpoints, step_of
 
         fails, n = [], 0
         for ckpt in list_checkpoints(RunDir(run_dir).checkpoints):
@@ -411,7 +411,7 @@ def one_round(k: int, rng: random.Random, run_dir: Path, socket: str, args, chec
         elif (cmd := continue_command(run_dir, log_offset)) is not None:
             how = "printed command"
         else:
-            from vfrl.trainer.checkpoint import latest_checkpoint
+            from vfrl.learner.checkpoint import latest_checkpoint
             if latest_checkpoint(paths.checkpoints) is not None:
                 cmd, how = fresh_command(args, socket, "--resume", "latest"), "--resume latest"
             else:

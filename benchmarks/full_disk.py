@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from vfrl.run_dir import RunDir, read_jsonl  # noqa: E402
 from vfrl.testing import BIN, free_port, vf_vllm, write_config  # noqa: E402
-from vfrl.trainer.checkpoint import latest_checkpoint, list_checkpoints  # noqa: E402
+from vfrl.learner.checkpoint import latest_checkpoint, list_checkpoints  # noqa: E402
 
 STEPS = 6
 KEY = "full-disk-bench-key"

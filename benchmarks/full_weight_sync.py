@@ -100,7 +100,7 @@ def same_tokens_gap(a, b) -> float:
 def bench(model_dir: Path, pushes: int, tmp: Path) -> dict:
     from test_full_ft_parity import API_KEY, load, max_logprob_gap, sample
 
-    from vfrl.trainer.weight_sync import FullWeightSync
+    from vfrl.rollouts.weight_sync import FullWeightSync
 
     model = load(model_dir)
     (tmp / "weights").mkdir()

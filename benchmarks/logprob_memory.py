@@ -37,7 +37,7 @@ def run_one(variant: str, a) -> dict:
     from peft import LoraConfig, get_peft_model
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from vfrl.trainer.logprobs import naive_sequence_logprobs, sequence_logprobs_and_entropy
+    from vfrl.learner.logprobs import naive_sequence_logprobs, sequence_logprobs_and_entropy
 
     torch.manual_seed(0)
     torch.set_num_threads(a.threads)

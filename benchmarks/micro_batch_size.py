@@ -21,9 +21,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from vfrl.envs.environment import Rollout  # noqa: E402
-from vfrl.trainer.batch import collate  # noqa: E402
-from vfrl.trainer.logprobs import sequence_logprobs_and_entropy  # noqa: E402
+from vfrl.rollout_types import Rollout  # noqa: E402
+from vfrl.learner.batch import collate  # noqa: E402
+from vfrl.learner.logprobs import sequence_logprobs_and_entropy  # noqa: E402
 
 
 def rollouts(rollouts_dir: Path, tokenizer, count: int, max_tokens: int) -> list[Rollout]:

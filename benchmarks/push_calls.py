@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from vfrl.cpu_cores import pin  # noqa: E402
 from vfrl.testing import free_port, vf_vllm  # noqa: E402
-from vfrl.trainer.push_files import merged_state_dict  # noqa: E402
-from vfrl.trainer.weight_sync import MergedLoraSync  # noqa: E402
+from vfrl.rollouts.push_files import merged_state_dict  # noqa: E402
+from vfrl.rollouts.weight_sync import MergedLoraSync  # noqa: E402
 
 API_KEY = "bench"
 

@@ -500,10 +500,10 @@ def trl_reward(config: dict) -> str:
 
 
 def trl_rows(config: dict) -> tuple[list[dict], list[dict]]:
-    """(train rows, eval rows) of the config's environment as vf-rl splits them (trainer/evaluation.py): the eval
+    """(train rows, eval rows) of the config's environment as vf-rl splits them (rollouts/evaluation.py): the eval
     rows only when eval is on, and out of the train rows when they are a held-out slice of the dataset."""
     from vfrl import load_environment
-    from vfrl.trainer.evaluation import eval_example_ids, held_out_size
+    from vfrl.rollouts.evaluation import eval_example_ids, held_out_size
 
     env = load_environment(config["env"]["id"], **config["env"].get("args", {}))
     a = trainer_args(config)

@@ -147,7 +147,7 @@ if cases == "own-answers":  # the dataset's own answer as the reply: full marks
               [{"role": "assistant", "content": "<answer>" + str(r["answer"]) + "</answer>"}], 1.0, None)
              for r in rows[:4]]
 
-from vfrl.envs.environment import Rollout
+from vfrl.rollout_types import Rollout
 out["scores"] = []
 for row, completion, expected, judge in cases:
     row = {**ROW_DEFAULTS, **row}

@@ -75,7 +75,7 @@ async def timed(env, client, model: str, batch: int, per_example: int = 2) -> fl
     if getattr(env, "episodes_only", False):
         return await episodes_only(env, client, model, batch, min(batch, per_example))
     from vfrl.config import TrainerArgs
-    from vfrl.trainer.orchestrator import Orchestrator
+    from vfrl.rollouts.orchestrator import Orchestrator
 
     args = TrainerArgs(batch_size=batch, rollouts_per_example=min(batch, per_example), max_tokens=12,
                        eval_strategy="no", max_concurrent=max(batch, 8), rollout_timeout=600)

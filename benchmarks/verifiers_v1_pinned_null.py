@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 async def batch(env, client, model: str, size: int, per_example: int, max_tokens: int) -> tuple[float, dict]:
     from vfrl.config import TrainerArgs
-    from vfrl.trainer.orchestrator import Orchestrator
+    from vfrl.rollouts.orchestrator import Orchestrator
 
     args = TrainerArgs(batch_size=size, rollouts_per_example=per_example, max_tokens=max_tokens, temperature=1.0,
                        eval_strategy="no", max_concurrent=max(size, 8), rollout_timeout=600)

@@ -200,7 +200,7 @@ def check_logprobs(ctx: Context) -> dict:
     far less memory (docs/benchmarks.md measured it on a CPU; here on the GPU, in bf16)."""
     import torch
 
-    from vfrl.trainer.logprobs import naive_sequence_logprobs, sequence_logprobs_and_entropy
+    from vfrl.learner.logprobs import naive_sequence_logprobs, sequence_logprobs_and_entropy
 
     s = ctx.sizes
     model = load_model(ctx, lora=True)
@@ -256,13 +256,13 @@ def group_rows(ctx: Context, seed: int = 0):
 
 
 def check_shared_prefix(ctx: Context) -> dict:
-    """The shared-prefix forward (trainer/shared_prefix.py: a group's prompt forwarded once, under a boolean sdpa
+    """The shared-prefix forward (learner/shared_prefix.py: a group's prompt forwarded once, under a boolean sdpa
     mask) against each row forwarded on its own, on this device's attention kernels: the same logprobs and LoRA
     gradients in fp32; in bf16 no farther from fp32's than the rows' own forward is; its time and peak memory."""
     import torch
 
-    from vfrl.trainer import shared_prefix
-    from vfrl.trainer.logprobs import sequence_logprobs_and_entropy
+    from vfrl.learner import shared_prefix
+    from vfrl.learner.logprobs import sequence_logprobs_and_entropy
 
     ids, attn, positions = group_rows(ctx)
     rows = f"{ids.shape[0]} rows of {int(attn.sum(1).min())}-{int(attn.sum(1).max())} tokens"
@@ -355,9 +355,8 @@ def fake_batch(trainer, seed: int):
     current policy's own sampling logprobs, as vLLM would have returned them."""
     import torch
 
-    from vfrl.envs.environment import Rollout
-    from vfrl.trainer.logprobs import sequence_logprobs
-    from vfrl.trainer.orchestrator import Batch
+    from vfrl.rollout_types import Batch, Rollout
+    from vfrl.learner.logprobs import sequence_logprobs
 
     a = trainer.args
     completion, prompt = a.max_tokens, a.max_seq_len - a.max_tokens
@@ -573,8 +572,8 @@ def gap(model, rollouts) -> dict:
     trainer's mismatch_kl (k3) over every sampled token."""
     import torch
 
-    from vfrl.trainer.logprobs import sequence_logprobs
-    from vfrl.trainer.loss import mismatch_kl
+    from vfrl.learner.logprobs import sequence_logprobs
+    from vfrl.learner.loss import mismatch_kl
 
     gaps, kls = [], []
     device = next(model.parameters()).device
@@ -613,7 +612,7 @@ def not_served(new: dict, old: dict, tolerance: dict) -> str | None:
 def check_vllm_lora_parity(ctx: Context) -> dict:
     import torch
 
-    from vfrl.trainer.weight_sync import AdapterSync
+    from vfrl.rollouts.weight_sync import AdapterSync
 
     out = {"tolerance": parity_tolerance(ctx)}
     models = {}
@@ -646,7 +645,7 @@ def check_vllm_full_sync(ctx: Context) -> dict:
 
     import torch
 
-    from vfrl.trainer.weight_sync import FullWeightSync
+    from vfrl.rollouts.weight_sync import FullWeightSync
 
     out = {"tolerance": parity_tolerance(ctx)}
     with VfVllm(ctx, "vllm-full", use_lora=False) as server:
@@ -752,7 +751,7 @@ def check_resume(ctx: Context, use_lora: bool) -> dict:
 
     import torch
 
-    from vfrl.trainer.checkpoint import latest_checkpoint, rng_states
+    from vfrl.learner.checkpoint import latest_checkpoint, rng_states
 
     run = ctx.workdir / f"run-resume-{'lora' if use_lora else 'full'}"
     shutil.rmtree(run, ignore_errors=True)

@@ -128,7 +128,7 @@ async def sample_batch(env, base_url: str, api_key: str, policy: str, version: i
     from openai import AsyncOpenAI
 
     from vfrl.config import TrainerArgs
-    from vfrl.trainer.orchestrator import Orchestrator
+    from vfrl.rollouts.orchestrator import Orchestrator
 
     args = TrainerArgs(batch_size=2 * examples, rollouts_per_example=2, max_tokens=max_tokens, eval_strategy="no",
                        rollout_timeout=240)
@@ -152,7 +152,7 @@ def batch_from_pushed_adapter(server: "SharedServer", model_dir, env, tmp_path: 
     """One batch of `env` (1 example x 2) sampled on `server` from a LoRA like a trained one
     (trained_like_adapter), pushed as vf-train pushes it (AdapterSync). Returns (the peft model, the name vLLM
     serves it under, the batch)."""
-    from vfrl.trainer.weight_sync import AdapterSync
+    from vfrl.rollouts.weight_sync import AdapterSync
 
     (tmp_path / "adapters").mkdir()
     model = trained_like_adapter(model_dir, seed=seed, scale=scale)
@@ -173,7 +173,7 @@ def max_logprob_gap(model, rollouts, temperature: float = 1.0) -> float:
     between turns were not sampled), both at the sampling `temperature`."""
     import torch
 
-    from vfrl.trainer.logprobs import sequence_logprobs
+    from vfrl.learner.logprobs import sequence_logprobs
 
     worst = 0.0
     # a forked trace's other branches too (a rollout may be any object with the four token fields)

@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from vfrl.config import TrainerArgs
-from vfrl.trainer.orchestrator import Batch
-from vfrl.trainer.torch_thread import TorchThread
+from vfrl.rollout_types import Batch
+from vfrl.torch_thread import TorchThread
 from vfrl.trainer.trainer import RLTrainer
 
 
@@ -58,8 +58,9 @@ class FakePipeline:
         raise AssertionError("eval is off")
 
 
-def loop(k: int, max_steps: int, seed: int = 0, save_steps: int | None = None, pending=()):
-    """Run RLTrainer._train with stand-ins; returns (trainer, pipeline, trained batches, checkpoints saved)."""
+def loop(k: int, max_steps: int, seed: int = 0, save_steps: int | None = None, pending=(), pipeline=None, lines=None):
+    """Run RLTrainer._train with stand-ins; returns (trainer, pipeline, trained batches, checkpoints saved). The
+    metrics lines written go to `lines` as (step, record)."""
     args = TrainerArgs(num_batches_ahead=k, max_steps=max_steps, batch_size=4, rollouts_per_example=2,
                        **({"save_strategy": "steps", "save_steps": save_steps} if save_steps else {}))
     trainer = RLTrainer.__new__(RLTrainer)
@@ -68,12 +69,15 @@ def loop(k: int, max_steps: int, seed: int = 0, save_steps: int | None = None, p
     trainer.cfg, trainer.args, trainer.learner = SimpleNamespace(args=args), args, learner
     trainer.ranks = SimpleNamespace(active=False)
     trainer.start_step = pending[0].step if pending else 0
-    trainer.pending_batches, trainer.unlogged, trainer.restart_note = list(pending), None, {}
+    trainer.pending_batches, trainer.restart_note = list(pending), {}
     trainer.sync = SimpleNamespace(drain_before_push=False, name_of=lambda v: f"policy-{v}")
-    trainer.run_log = SimpleNamespace(step=lambda *a: None, tracker=SimpleNamespace(finish=lambda: None))
+    trainer.run_log = SimpleNamespace(step=lambda step, record, batch: (lines if lines is not None else []).append(
+        (step, record)), tracker=SimpleNamespace(finish=lambda: None))
+    trainer.record = lambda step, batch, stats, model_name, times: {"step": step + 1, **stats,
+                                                                  "adapter_loaded": model_name, **times}
     trainer.save = lambda step, batches: saved.append((step, [(b.step, b.policy_version) for b in batches])) or 0.0
     torch_thread = TorchThread()
-    pipe = FakePipeline(torch_thread, seed)
+    pipe = (pipeline or FakePipeline)(torch_thread, seed)
     try:
         asyncio.run(trainer._train(pipe, trainer.start_step, trainer.pending_batches))
     finally:
@@ -130,3 +134,61 @@ def test_a_resumed_run_with_a_smaller_k_regenerates_what_is_too_stale_for_it():
     trainer.console = SimpleNamespace(info=lambda line: None, warn=lambda line: None)
     step, pending = trainer.resume(Path("ckpt"))
     assert step == 4 and [b.step for b in pending] == [4]
+
+
+class PushFailsAtPolicy2(FakePipeline):
+    async def push(self, model, version, after=None):
+        if version == 2:
+            raise ConnectionError("the vLLM server is gone")
+        return await super().push(model, version, after)
+
+
+def test_a_step_trained_before_its_push_failed_gets_its_metrics_line():
+    """The loop writes a step's line after pushing the policy it trained; when that push is what failed, the
+    step is in the emergency checkpoint and its line is written too (no sync time, no adapter loaded)."""
+    lines = []
+    with pytest.raises(ConnectionError):
+        loop(1, max_steps=4, pipeline=PushFailsAtPolicy2, lines=lines)
+    assert [step for step, _ in lines] == [1, 2]
+    (_, pushed), (_, failed) = lines
+    assert pushed["adapter_loaded"] == "policy-1" and "sync_s" in pushed
+    assert failed["step"] == 2 and failed["loss"] == 0.0 and failed["adapter_loaded"] is None
+    assert "sync_s" not in failed and failed["train_end"] >= failed["train_start"]
+
+
+def test_a_step_in_flight_when_the_loop_is_cancelled_ends_and_gets_its_line():
+    """The server lost mid-step cancels the loop: the step in the torch thread still ends (the emergency
+    checkpoint holds it), and its line is written before the cancellation goes on."""
+    import threading
+
+    args = TrainerArgs(num_batches_ahead=1, max_steps=4, batch_size=4, rollouts_per_example=2)
+    trainer, lines, in_step, release = RLTrainer.__new__(RLTrainer), [], threading.Event(), threading.Event()
+
+    def train_step(batch):
+        in_step.set()
+        release.wait(10)
+        return {"loss": 1.0}
+
+    trainer.cfg, trainer.args = SimpleNamespace(args=args), args
+    trainer.learner = SimpleNamespace(policy=object(), train_step=train_step)
+    trainer.ranks, trainer.start_step, trainer.restart_note = SimpleNamespace(active=False), 0, {}
+    trainer.sync = SimpleNamespace(drain_before_push=False, name_of=lambda v: f"policy-{v}")
+    trainer.run_log = SimpleNamespace(step=lambda step, record, batch: lines.append((step, record)))
+    trainer.record = lambda step, batch, stats, model_name, times: {**stats, "adapter_loaded": model_name, **times}
+    torch_thread = TorchThread()
+
+    async def cancel_mid_step():
+        task = asyncio.create_task(trainer._train(FakePipeline(torch_thread, 0), 0, []))
+        await asyncio.get_running_loop().run_in_executor(None, in_step.wait, 10)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    try:
+        asyncio.run(cancel_mid_step())
+    finally:
+        torch_thread.join()
+    [(step, record)] = lines
+    assert step == 1 and record["loss"] == 1.0 and record["adapter_loaded"] is None and "train_end" in record

@@ -22,13 +22,13 @@ import pytest
 import torch
 
 from conftest import BIN, SharedServer, against_server, log_since, write_config, tmux_socket
-from vfrl.envs.environment import Rollout
+from vfrl.rollout_types import Rollout
 from vfrl.launcher.plot import read_metrics
 from vfrl.launcher.resume import ResumeError, find_checkpoint
-from vfrl.trainer.checkpoint import (
+from vfrl.learner.checkpoint import (
     TrainingState, latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint,
 )
-from vfrl.trainer.orchestrator import Batch
+from vfrl.rollout_types import Batch
 
 
 # ---------- unit ----------
@@ -144,7 +144,7 @@ import os, signal, sys
 from pathlib import Path
 sys.path[:0] = [{tests!r}]
 from test_checkpoint_resume import lora_setup, state
-from vfrl.trainer.checkpoint import save_checkpoint
+from vfrl.learner.checkpoint import save_checkpoint
 
 model, opt, sched = lora_setup({model!r})
 save_checkpoint(Path({ckpts!r}), model, opt, sched, state(2))

@@ -12,7 +12,7 @@ import pytest
 from fake_openai import FakeOpenAI
 
 import vfrl as vf
-from vfrl.envs.environment import Rollout
+from vfrl.rollout_types import Rollout
 from vfrl.run_dir import RunDir, read_jsonl
 
 sys.path.insert(0, str(Path(__file__).parent / "classic_pkgs"))

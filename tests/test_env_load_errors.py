@@ -45,7 +45,8 @@ def broken_envs(tmp_path, monkeypatch):
     ("raises-env-mod", "environment 'raises-env-mod' (module raises_env_mod): load_environment() raised ValueError: "
                        "size 3 is too big; use at most 2 (at raises_env_mod.py:2)"),
     ("not-an-env-mod", "environment 'not-an-env-mod' (module not_an_env_mod): load_environment() returned dict, "
-                       "not a vfrl Environment"),
+                       "not a vfrl Environment (it has no aclose, dataset, env_id, eval_dataset, limit_tasks, "
+                       "rows, run_group, score_rollouts)"),
     ("bad-import-env-mod", "environment 'bad-import-env-mod' (module bad_import_env_mod): importing it raised "
                            "ModuleNotFoundError: No module named 'no_such_dependency_xyz' "
                            "(at bad_import_env_mod.py:1)"),

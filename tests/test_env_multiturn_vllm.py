@@ -48,7 +48,7 @@ def server_tokens(server, messages) -> list[int]:
 def check_against_server_and_trainer(server, pairs):
     from transformers import AutoModelForCausalLM
 
-    from vfrl.trainer.logprobs import sequence_logprobs
+    from vfrl.learner.logprobs import sequence_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(server[1], dtype=torch.float32).eval()
     for r, state in pairs:

@@ -218,8 +218,8 @@ def test_a_forked_rollout_trains_every_branch_as_a_row_with_its_advantage():
     import dataclasses
 
     from vfrl.config import TrainerArgs
-    from vfrl.envs.environment import Rollout, TokenBranch
-    from vfrl.trainer.batch import make_train_batch
+    from vfrl.rollout_types import Rollout, TokenBranch
+    from vfrl.learner.batch import make_train_batch
 
     def rollout(reward, *more):
         return Rollout(example_id=0, prompt=[], completion=[], answer="", prompt_ids=[1, 2], completion_ids=[3, 4],
@@ -508,7 +508,7 @@ def test_a_multi_turn_package_plays_its_own_env_and_its_turns_get_no_loss(tiny_m
 
     from vfrl.config import TrainerArgs
     from vfrl.envs.loader import load_environment
-    from vfrl.trainer.batch import make_train_batch
+    from vfrl.learner.batch import make_train_batch
 
     env = load_environment("v1-two-tries")
     assert type(env.v1_env).__name__ == "TwoTriesEnv"
@@ -574,8 +574,8 @@ def lost_batch(env, tiny_model, **fake) -> str:
 
     from fake_generate import FakeGenerate
     from vfrl.config import TrainerArgs
-    from vfrl.trainer.orchestrator import Orchestrator
-    from vfrl.trainer.step_faults import BatchLost
+    from vfrl.rollouts.orchestrator import Orchestrator
+    from vfrl.rollouts.step_faults import BatchLost
 
     async def run():
         async with FakeGenerate(str(tiny_model), **fake) as fake_server:
@@ -1078,7 +1078,7 @@ def test_a_taskset_without_end_is_read_only_as_far_as_the_run_can_use(tiny_model
     import v1_endless
 
     from vfrl.config import RLConfig
-    from vfrl.trainer.orchestrator import Orchestrator
+    from vfrl.rollouts.orchestrator import Orchestrator
     from vfrl.trainer.trainer import RLTrainer
 
     args = {"output_dir": str(tmp_path), "max_steps": 3, "batch_size": 8, "rollouts_per_example": 4,

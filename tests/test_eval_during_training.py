@@ -6,8 +6,8 @@ import pytest
 
 from vfrl.config import TrainerArgs
 from vfrl.envs.environment import Environment
-from vfrl.trainer.evaluation import eval_example_ids, held_out_size, is_eval_step, summarize
-from vfrl.trainer.orchestrator import Orchestrator
+from vfrl.rollouts.evaluation import eval_example_ids, held_out_size, is_eval_step, summarize
+from vfrl.rollouts.orchestrator import Orchestrator
 
 
 def rows(n):

@@ -21,7 +21,7 @@ from conftest import tmux_socket
 from test_launcher_session_e2e import VF_RL, start_run
 from vfrl.launcher import procs, tmux
 from vfrl.launcher.plot import read_metrics
-from vfrl.trainer.checkpoint import latest_checkpoint, step_of
+from vfrl.learner.checkpoint import latest_checkpoint, step_of
 
 pytestmark = pytest.mark.e2e
 

@@ -26,13 +26,13 @@ import pytest
 from test_checkpoint_resume import lora_setup, pending_batch, state
 from vfrl.config import TrainerArgs
 from vfrl.run_dir import RunDir, read_jsonl
-from vfrl.trainer.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from vfrl.learner.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from vfrl.trainer.console import TrainerConsole
 from vfrl.trainer.failure import EXIT_ERROR, RESUME_COMMAND_ENV
 from vfrl.run_dir import append_jsonl
 from vfrl.trainer.run_log import RunLog
 from vfrl.trainer.trainer import RLTrainer
-from vfrl.trainer.weight_sync import write_adapter
+from vfrl.rollouts.weight_sync import write_adapter
 
 
 @pytest.fixture
@@ -171,7 +171,7 @@ def test_a_checkpoint_on_a_full_disk_stops_the_run_in_one_line_naming_the_newest
     fill(checkpoints, leave=64 * 1024)  # the adapter in model/ is 130 KiB: each save dies half-way through it
     learner = SimpleNamespace(policy=model, optimizer=opt, scheduler=sched, steps_done=4, in_step=False)
     trainer = SimpleNamespace(learner=learner, run_dir=run_dir, log_file=run_dir / "logs" / "trainer.log",
-                              base_url=healthy_server, inference_pid_file=None, training_state=state, unlogged=None)
+                              base_url=healthy_server, inference_pid_file=None, training_state=state)
     trainer.keep_trained = lambda: RLTrainer.keep_trained(trainer)
     try:
         save_checkpoint(checkpoints, model, opt, sched, state(4))  # the loop's save before step 5

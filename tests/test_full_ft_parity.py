@@ -37,7 +37,7 @@ def vllm_server(tmp_path_factory, tiny_model):
 
 @pytest.fixture(scope="module")
 def sync(vllm_server, tiny_model):
-    from vfrl.trainer.weight_sync import FullWeightSync
+    from vfrl.rollouts.weight_sync import FullWeightSync
 
     base_url, tmp = vllm_server
     (tmp / "weights").mkdir(exist_ok=True)
@@ -214,7 +214,7 @@ def test_a_reload_that_finds_no_weights_fails_before_touching_the_served_model(v
 def test_the_merged_state_dict_is_merge_and_unloads_without_touching_the_model(tiny_model):
     import copy
 
-    from vfrl.trainer.push_files import merged_state_dict
+    from vfrl.rollouts.push_files import merged_state_dict
 
     model = trained_like_adapter(tiny_model, seed=3)
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -234,8 +234,8 @@ def test_the_merged_weights_file_holds_what_save_pretrained_wrote(tiny_model, tm
     names and tensors as save_pretrained, the tied lm_head once (the tiny model ties it)."""
     from safetensors.torch import load_file
 
-    from vfrl.trainer.push_files import merged_state_dict
-    from vfrl.trainer.weight_sync import MergedLoraSync
+    from vfrl.rollouts.push_files import merged_state_dict
+    from vfrl.rollouts.weight_sync import MergedLoraSync
 
     model = trained_like_adapter(tiny_model, seed=4)
     assert model.get_base_model().config.tie_word_embeddings
@@ -251,7 +251,7 @@ def test_the_merged_weights_file_holds_what_save_pretrained_wrote(tiny_model, tm
 @pytest.mark.e2e
 def test_vllm_logprobs_match_the_lora_trainer_after_a_merged_sync(vllm_server, tiny_model):
     """The trainer computes W x + s B A x, vLLM the merged (W + s B A) x: the same logprobs within 1e-4."""
-    from vfrl.trainer.weight_sync import MergedLoraSync
+    from vfrl.rollouts.weight_sync import MergedLoraSync
 
     base_url, tmp = vllm_server
     (tmp / "merged").mkdir(exist_ok=True)

@@ -7,12 +7,12 @@ import torch
 from pydantic import ValidationError
 
 from vfrl.config import TrainerArgs
-from vfrl.envs.environment import Rollout
-from vfrl.trainer.advantages import group_advantages, reward_stats
-from vfrl.trainer.batch import collate, make_train_batch
-from vfrl.trainer.loss import (LossInputs, compute_loss, gspo_loss, importance_weights, kl_penalty, mismatch_kl,
+from vfrl.rollout_types import Rollout
+from vfrl.learner.advantages import group_advantages, reward_stats
+from vfrl.learner.batch import collate, make_train_batch
+from vfrl.learner.loss import (LossInputs, compute_loss, gspo_loss, importance_weights, kl_penalty, mismatch_kl,
                                policy_loss, ppo_clip_loss, ratio_mask_loss)
-from vfrl.trainer.normalization import loss_weights
+from vfrl.learner.normalization import loss_weights
 
 LOG = math.log
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from vfrl.envs.environment import Rollout
+from vfrl.rollout_types import Rollout
 from vfrl.envs.messages import Message, last_text, message_text
 from vfrl.envs.parsers import Parser, ThinkParser, XMLParser
 from vfrl.trainer.console import TrainerConsole

@@ -167,8 +167,7 @@ def test_trainer_log_flags_a_mismatch_jump_in_metrics_console_and_wandb(tiny_mod
     """RunLog.step: metrics.jsonl line per step with mismatch_kl_alert, rollouts file, warning, wandb alert."""
     from conftest import write_config
     from vfrl.config import load_config
-    from vfrl.envs.environment import Rollout
-    from vfrl.trainer.orchestrator import Batch
+    from vfrl.rollout_types import Batch, Rollout
     from vfrl.trainer.trainer import RLTrainer
 
     cfg = load_config(write_config(tmp_path / "c.toml", tiny_model, 8000, tmp_path, log_completions=True,
@@ -210,7 +209,7 @@ def test_report_to_tensorboard_writes_event_files_tensorboard_reads(tmp_path):
 
     from vfrl.config import TrainerArgs
     from vfrl.run_dir import RunDir
-    from vfrl.trainer.orchestrator import Batch
+    from vfrl.rollout_types import Batch
     from vfrl.trainer.run_log import RunLog
 
     paths = RunDir(tmp_path / "run")

@@ -8,9 +8,9 @@ import struct
 import pytest
 import torch
 
-from vfrl.trainer.push_files import (adapter_tensors, merged_state_dict, parameters_behind, save_adapter,
+from vfrl.rollouts.push_files import (adapter_tensors, merged_state_dict, parameters_behind, save_adapter,
                                      tied_once)
-from vfrl.trainer.safetensors_rewrite import rewrite, save_file
+from vfrl.rollouts.safetensors_rewrite import rewrite, save_file
 
 
 def lora_model(tiny_model, seed=0, targets="all-linear"):
@@ -130,7 +130,7 @@ def test_merged_pushes_recycle_the_oldest_kept_directory(tiny_model, tmp_path):
     one's files: the same bytes as written anew, and the same directories left as before."""
     from safetensors.torch import save_file as write_new
 
-    from vfrl.trainer.weight_sync import MergedLoraSync
+    from vfrl.rollouts.weight_sync import MergedLoraSync
 
     model = lora_model(tiny_model)
     sync = MergedLoraSync("http://unused", "key", tmp_path / "weights", tmp_path / "adapters", served_name="m")

@@ -98,7 +98,7 @@ def test_the_template_adds_its_own_system_prompt_and_training_sees_it(server, sm
 
 def test_eos_is_pad_and_still_gets_loss(server, smollm2, tokenizer):
     from vfrl.config import TrainerArgs
-    from vfrl.trainer.batch import make_train_batch
+    from vfrl.learner.batch import make_train_batch
 
     eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert tokenizer.pad_token_id == eos  # the case under test: padding and end of turn are one token
@@ -135,7 +135,7 @@ def test_a_multi_token_stop_string_keeps_ids_and_logprobs_aligned(server, smollm
 
 
 def test_vllm_logprobs_match_the_trainer_for_the_base_model_and_an_adapter(server, smollm2, base_model, tmp_path):
-    from vfrl.trainer.weight_sync import AdapterSync
+    from vfrl.rollouts.weight_sync import AdapterSync
 
     worst = max_logprob_gap(base_model, sample(server, str(smollm2), n=6), temperature=0.7)
     assert worst < 1e-4, f"base model: max |vLLM - trainer| logprob = {worst:.2e}"

@@ -11,7 +11,7 @@ from fake_openai import FakeOpenAI
 import vfrl
 from vfrl.config import TrainerArgs
 from vfrl.envs.rubric import Rubric
-from vfrl.trainer.orchestrator import Orchestrator
+from vfrl.rollouts.orchestrator import Orchestrator
 
 
 def question(prompt: str) -> str:

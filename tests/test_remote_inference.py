@@ -242,7 +242,7 @@ def test_the_python_api_checks_a_named_server_the_same_way_before_writing_anythi
 # ---- the adapter sync on a server that outlives runs ----
 
 def test_the_first_push_clears_adapters_an_earlier_run_left_on_the_server(tmp_path):
-    from vfrl.trainer.weight_sync import AdapterSync
+    from vfrl.rollouts.weight_sync import AdapterSync
 
     with FakeVLLM(adapters=("policy-1", "policy-2", "someone-elses")) as srv:
         sync = AdapterSync(srv.base_url, "EMPTY", tmp_path)
@@ -256,7 +256,7 @@ def test_the_first_push_clears_adapters_an_earlier_run_left_on_the_server(tmp_pa
 
 
 def test_a_server_that_cannot_read_the_adapter_says_it_needs_shared_storage(tmp_path):
-    from vfrl.trainer.weight_sync import AdapterSync
+    from vfrl.rollouts.weight_sync import AdapterSync
 
     with FakeVLLM(readable=False) as srv:
         with pytest.raises(RuntimeError) as e:

@@ -25,10 +25,10 @@ import vfrl
 from vfrl.config import TrainerArgs
 from vfrl.envs.faults import RolloutFaults
 from vfrl.envs.rubric import Rubric
-from vfrl.trainer.batch import make_train_batch
-from vfrl.trainer.evaluation import summarize
-from vfrl.trainer.orchestrator import Orchestrator
-from vfrl.trainer.step_faults import BatchLost, RewardFunctionFailing
+from vfrl.learner.batch import make_train_batch
+from vfrl.rollouts.evaluation import summarize
+from vfrl.rollouts.orchestrator import Orchestrator
+from vfrl.rollouts.step_faults import BatchLost, RewardFunctionFailing
 
 SAMPLING = {"temperature": 1.0, "max_tokens": 100}
 LIMIT = 1.0  # seconds: a fake rollout takes about a millisecond; a stalled one waits this long, then goes
@@ -370,7 +370,7 @@ def test_a_lost_group_leaves_a_well_formed_batch_counted_in_the_step_metrics():
 
 
 def test_ragged_groups_get_advantages_and_std_scaling_of_their_own():
-    from vfrl.trainer.advantages import group_advantages, reward_stats
+    from vfrl.learner.advantages import group_advantages, reward_stats
 
     r = torch.tensor([1.0, 0.0, 0.5, 3.0, 1.0])  # groups of 2, 0, 1, 2
     assert group_advantages(r, [2, 0, 1, 2]).tolist() == [0.5, -0.5, 0.0, 1.0, -1.0]
@@ -438,8 +438,8 @@ def test_eval_counts_dropped_rollouts_and_survives_losing_them_all():
 def test_a_verifiers_rollout_s_metrics_are_not_taken_for_reward_functions():
     """A verifiers 0.4 rollout's metrics (its rewards, `@vf.metric`s) name no vfrl rubric function: a scoring
     function that raises fails its episode, which is dropped instead (verifiers_v1.py)."""
-    from vfrl.envs.environment import Rollout
-    from vfrl.trainer.step_faults import check_step
+    from vfrl.rollout_types import Rollout
+    from vfrl.rollouts.step_faults import check_step
 
     def rollout(metrics):
         return Rollout(example_id=0, prompt=[], completion=[], answer="", prompt_ids=[1], completion_ids=[2],
@@ -456,8 +456,8 @@ def test_a_verifiers_scoring_failure_on_more_than_the_limit_stops_the_run_with_o
     """A verifiers 0.4 episode whose reward raised is dropped (nothing was scored), not scored 0, but it counts
     against max_reward_error_fraction like a failing vfrl rubric function: of the rollouts asked for, since the
     failed ones are gone. Even when it took the whole batch, the line names the scoring, not just the loss."""
-    from vfrl.envs.environment import Rollout
-    from vfrl.trainer.step_faults import check_step
+    from vfrl.rollout_types import Rollout
+    from vfrl.rollouts.step_faults import check_step
 
     kept = Rollout(example_id=0, prompt=[], completion=[], answer="", prompt_ids=[1], completion_ids=[2],
                    completion_logprobs=[-0.1], completion_mask=[1], policy="policy-0", metrics={"exact": 1.0})
@@ -484,7 +484,7 @@ def test_a_verifiers_scoring_failure_on_more_than_the_limit_stops_the_run_with_o
 
 
 def test_a_pending_batch_keeps_its_group_sizes_and_warning_through_a_checkpoint():
-    from vfrl.trainer.checkpoint import batch_from_json, batch_to_json
+    from vfrl.learner.checkpoint import batch_from_json, batch_to_json
 
     orch, _ = orchestrator(env_with(right, questions=["ab", "x" * 80]), FakeOpenAI(reverse, max_model_len=60),
                            batch_size=4)
@@ -511,7 +511,7 @@ def test_an_environment_with_only_an_eval_split_trains_on_it():
 
 
 def test_an_environment_with_no_rows_to_train_on_stops_in_one_line():
-    from vfrl.trainer.orchestrator import NoTrainingRows
+    from vfrl.rollouts.orchestrator import NoTrainingRows
 
     env = vfrl.SingleTurnEnv(dataset=lambda: [])  # a builder that found nothing
     with pytest.raises(NoTrainingRows, match=r"^environment 'SingleTurnEnv' has no rows to train on \(0 rows, 0 of "

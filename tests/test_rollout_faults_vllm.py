@@ -7,8 +7,8 @@ import pytest
 
 import vfrl
 from vfrl.config import TrainerArgs
-from vfrl.trainer.batch import make_train_batch
-from vfrl.trainer.orchestrator import Orchestrator
+from vfrl.learner.batch import make_train_batch
+from vfrl.rollouts.orchestrator import Orchestrator
 
 pytestmark = pytest.mark.e2e
 

@@ -2,7 +2,7 @@
 
 import json
 
-from vfrl.trainer.checkpoint import MARKER
+from vfrl.learner.checkpoint import MARKER
 from vfrl.trainer.summary import duration, summary
 
 

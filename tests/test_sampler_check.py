@@ -1,4 +1,4 @@
-"""The mismatch alarm watches vLLM against the trainer on the same policy (trainer/sampler_check.py), not
+"""The mismatch alarm watches vLLM against the trainer on the same policy (learner/sampler_check.py), not
 mismatch_kl, which also holds one step of policy change in the one-step off-policy loop."""
 
 import dataclasses
@@ -47,7 +47,7 @@ def test_the_alarm_follows_the_sampler_check_and_falls_back_to_mismatch_kl(tiny_
 
 @pytest.mark.parametrize("numel_limit, measured", [(10**9, True), (10, False)])
 def test_trainable_parameters_past_the_limit_are_not_copied(tiny_model, tmp_path, numel_limit, measured):
-    from vfrl.trainer.sampler_check import SamplerCheck
+    from vfrl.learner.sampler_check import SamplerCheck
 
     trainer = make_learner(tiny_model, tmp_path)
     trainer.sampler_check = SamplerCheck(trainer.policy, max_numel=numel_limit)

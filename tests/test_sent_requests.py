@@ -5,7 +5,7 @@ import asyncio
 from fake_vllm_server import FakeVLLM
 from openai import AsyncOpenAI
 
-from vfrl.trainer.sent_requests import SentRequests
+from vfrl.rollouts.sent_requests import SentRequests
 
 
 def test_a_wait_for_n_requests_ends_when_the_nth_goes_out_through_openai_s_client():

@@ -4,10 +4,10 @@ forwards (the real tiny model, under peft LoRA, torch's sdpa attention)."""
 import pytest
 import torch
 
-from vfrl.trainer import shared_prefix
-from vfrl.trainer.batch import TrainBatch
-from vfrl.trainer.logprobs import sequence_logprobs_and_entropy
-from vfrl.trainer.shared_prefix import pack, plan
+from vfrl.learner import shared_prefix
+from vfrl.learner.batch import TrainBatch
+from vfrl.learner.logprobs import sequence_logprobs_and_entropy
+from vfrl.learner.shared_prefix import pack, plan
 
 
 def test_plan_packs_rows_that_start_alike_and_leaves_the_rest_alone():

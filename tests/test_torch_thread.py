@@ -6,7 +6,7 @@ import sys
 import textwrap
 import threading
 
-from vfrl.trainer.torch_thread import TorchThread
+from vfrl.torch_thread import TorchThread
 
 
 def test_all_work_runs_in_one_thread_that_is_not_the_loops():
@@ -26,7 +26,7 @@ def test_all_work_runs_in_one_thread_that_is_not_the_loops():
 SCRIPT = textwrap.dedent("""
     import os, signal, sys, threading, time
     from pathlib import Path
-    from vfrl.trainer.torch_thread import TorchThread
+    from vfrl.torch_thread import TorchThread
 
     # Python's own handler, as in a terminal: a test run started in the background inherits SIGINT ignored
     signal.signal(signal.SIGINT, signal.default_int_handler)

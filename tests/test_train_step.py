@@ -7,11 +7,10 @@ import pytest
 import torch
 
 from vfrl.config import RLConfig
-from vfrl.envs.environment import Rollout
-from vfrl.trainer.logprobs import naive_sequence_logprobs, sequence_logprobs, sequence_logprobs_and_entropy
-from vfrl.trainer.orchestrator import Batch
-from vfrl.trainer.reference import ReferencePolicy
-from vfrl.trainer.learner import Learner
+from vfrl.rollout_types import Batch, Rollout
+from vfrl.learner.logprobs import naive_sequence_logprobs, sequence_logprobs, sequence_logprobs_and_entropy
+from vfrl.learner.reference import ReferencePolicy
+from vfrl.learner.learner import Learner
 from vfrl.trainer.trainer import RLTrainer
 
 GROUP, GROUPS = 4, 2
@@ -329,7 +328,7 @@ def test_lm_head_outside_the_forward_runs_without_its_module_hooks(tiny_model):
 
 
 def test_micro_batches_go_by_length_without_padding_columns_and_keep_the_gradient(tiny_model, tmp_path):
-    from vfrl.trainer.batch import make_train_batch
+    from vfrl.learner.batch import make_train_batch
 
     whole = make_learner(tiny_model, tmp_path / "whole", micro_batch_size=GROUP * GROUPS)
     split = make_learner(tiny_model, tmp_path / "split", micro_batch_size=2)
@@ -355,8 +354,8 @@ def test_a_step_lays_out_its_micro_batches_from_cpu_tensors_and_trains_as_the_ro
                                                                                       monkeypatch):
     """On a GPU, reading a micro-batch's tokens there waits for every kernel queued before: the layout
     (shared_prefix.layout) is worked out before the tensors move. Packed or not, the step is the same."""
-    from vfrl.trainer import learner as trainer_module
-    from vfrl.trainer.shared_prefix import layout
+    from vfrl.learner import learner as trainer_module
+    from vfrl.learner.shared_prefix import layout
 
     seen = []
 
@@ -381,7 +380,7 @@ def test_an_adapter_push_writes_what_peft_loads_without_a_model_card(tiny_model,
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from vfrl.trainer.push_files import save_adapter
+    from vfrl.rollouts.push_files import save_adapter
 
     trainer = make_learner(tiny_model, tmp_path / "run")
     trainer.train_step(fake_batch(trainer))  # lora_B is no longer zero
@@ -407,7 +406,7 @@ def test_save_adapter_writes_what_peft_s_own_save_writes(tiny_model, tmp_path, t
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from vfrl.trainer.push_files import save_adapter
+    from vfrl.rollouts.push_files import save_adapter
 
     model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model), LoraConfig(r=4, target_modules=targets))
     with warnings.catch_warnings():
@@ -430,7 +429,7 @@ def test_liger_kernels_are_applied_to_the_model_without_their_cross_entropy(tiny
     import types
 
     from vfrl.config import RLConfig
-    from vfrl.trainer.policy import load_policy
+    from vfrl.learner.policy import load_policy
 
     applied = []
     transformers_mod = types.ModuleType("liger_kernel.transformers")

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from test_checkpoint_resume import lora_setup, state
-from vfrl.trainer.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from vfrl.learner.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from vfrl.trainer.failure import EXIT_ERROR, EXIT_INFERENCE_LOST, RESUME_COMMAND_ENV, TrainingStopped, describe
 from vfrl.trainer.inference_watch import InferenceLost
 from vfrl.trainer.trainer import RLTrainer
@@ -41,8 +41,7 @@ def trainer(tmp_path, tiny_model, monkeypatch):
     learner = SimpleNamespace(policy=model, optimizer=opt, scheduler=sched, steps_done=0, in_step=False)
     t = SimpleNamespace(learner=learner, checkpoints_dir=run_dir / "checkpoints", run_dir=run_dir,
                         log_file=run_dir / "logs" / "trainer.log", base_url="http://127.0.0.1:9/v1",
-                        inference_pid_file=run_dir / "inference.pid", training_state=state, unlogged=None,
-                        restart_note={})
+                        inference_pid_file=run_dir / "inference.pid", training_state=state, restart_note={})
     t.keep_trained = lambda: RLTrainer.keep_trained(t)
     return t
 
@@ -111,22 +110,6 @@ def test_a_lost_remote_server_is_named_with_its_own_log_not_one_vf_rl_never_wrot
                                    "outputs/run/checkpoints/step-1")
 
 
-def test_a_step_trained_before_its_push_failed_gets_its_metrics_line(trainer):
-    """The loop writes a step's line after pushing the policy it trained; when that push is what failed, the
-    step is in the emergency checkpoint and its line is written too (no sync time, no adapter loaded)."""
-    batch = SimpleNamespace(policy_version=1, gen_start=1.0, gen_end=2.0, load_s=0.0, rollouts=[])
-    trainer.learner.steps_done, trainer.start_step = 2, 0
-    trainer.unlogged = (1, batch, {"loss": 0.5}, {"train_start": 3.0, "train_end": 4.0, "wait_s": 0.0, "save_s": 0.0})
-    trainer.args = SimpleNamespace(max_steps=10)
-    logged = []
-    trainer.run_log = SimpleNamespace(step=lambda step, record, b: logged.append((step, record, b)))
-    trainer.record = lambda *a: RLTrainer.record(trainer, *a)
-    RLTrainer.stopped_by(trainer, InferenceLost("the vLLM server (pid 42) exited"))
-    [(step, record, b)] = logged
-    assert step == 2 and b is batch
-    assert record["step"] == 2 and record["loss"] == 0.5 and record["adapter_loaded"] is None and "sync_s" not in record
-
-
 def test_any_other_failure_is_named_with_the_server_still_checked(trainer):
     """The loop failed on its own; a server that is gone (nothing listens on port 9) is still named as the cause."""
     try:
@@ -153,8 +136,8 @@ def test_a_batch_past_generation_timeout_stops_the_run_in_one_line():
 
     from vfrl.config import TrainerArgs
     from vfrl.envs.environment import Environment
-    from vfrl.trainer.orchestrator import Orchestrator
-    from vfrl.trainer.step_faults import BatchTimedOut
+    from vfrl.rollouts.orchestrator import Orchestrator
+    from vfrl.rollouts.step_faults import BatchTimedOut
 
     class Stalls(Environment):
         async def run_group(self, *args, **kwargs):
@@ -339,7 +322,7 @@ def test_a_closed_terminal_keeps_the_steps_trained(trainer):
     import signal
     import threading
 
-    from vfrl.trainer import stop_signals
+    from vfrl import stop_signals
 
     async def waits(torch_thread):
         await asyncio.sleep(60)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from vfrl.trainer.pipeline import Pipeline
-from vfrl.trainer.torch_thread import TorchThread
+from vfrl.rollouts.pipeline import Pipeline
+from vfrl.torch_thread import TorchThread
 
 
 class Sync:

@@ -1,7 +1,7 @@
 """A Ctrl-C or SIGTERM at any moment of vf-train's start-up is a stop: exit code 130, no traceback.
 
 CI once saw `vf-rl stop`, sent a moment after launch, end vf-train with exit code 1: the KeyboardInterrupt
-landed in the middle of an import and left asyncio half-made (trainer/stop_signals.py).
+landed in the middle of an import and left asyncio half-made (stop_signals.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ BIN = os.path.dirname(sys.executable)
 def test_signals_that_came_while_held_stop_at_release():
     script = (
         "import os, signal, sys\n"
-        "from vfrl.trainer import stop_signals\n"
+        "from vfrl import stop_signals\n"
         "stop_signals.hold()\n"
         "os.kill(os.getpid(), signal.SIGINT)\n"
         "os.kill(os.getpid(), signal.SIGTERM)\n"
@@ -41,7 +41,7 @@ def test_signals_that_came_while_held_stop_at_release():
 def test_after_release_every_stop_signal_raises_keyboard_interrupt():
     script = (
         "import os, signal, sys\n"
-        "from vfrl.trainer import stop_signals\n"
+        "from vfrl import stop_signals\n"
         "stop_signals.hold(); stop_signals.release()\n"
         "try:\n    os.kill(os.getpid(), signal.{sig})\n    import time; time.sleep(30)\n"
         "except KeyboardInterrupt:\n    sys.exit(130)\n")
@@ -57,7 +57,7 @@ def test_a_stop_signal_during_a_garbage_collector_callback_still_stops_the_loop(
     sure, inside asyncio.Runner as vf-train's loop runs: the loop must still stop at once."""
     script = (
         "import asyncio, os, signal, sys, weakref\n"
-        "from vfrl.trainer import stop_signals\n"
+        "from vfrl import stop_signals\n"
         "stop_signals.hold(); stop_signals.release()\n"
         "class Thing: pass\n"
         "def collected(ref):\n"

@@ -3,8 +3,8 @@ test_config_*.py.)"""
 
 import torch
 
-from vfrl.envs.environment import Rollout
-from vfrl.trainer.batch import collate
+from vfrl.rollout_types import Rollout
+from vfrl.learner.batch import collate
 
 
 def rollout(prompt, completion, logprobs):

@@ -16,7 +16,7 @@ def test_vllm_logprobs_match_trainer_after_sync(shared_vllm_server, tiny_model, 
     from openai import AsyncOpenAI
 
     from vfrl import load_environment
-    from vfrl.trainer.weight_sync import AdapterSync
+    from vfrl.rollouts.weight_sync import AdapterSync
 
     base_url, api_key = shared_vllm_server.base_url, shared_vllm_server.api_key
     env = load_environment("reverse-text")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-from vfrl.errors import __all__ as ERROR_NAMES  # a module of plain classes: importing it costs nothing
+from vfrl.env_names import ENVIRONMENT_NAMES  # plain lists: importing them costs nothing
+from vfrl.errors import __all__ as ERROR_NAMES
 
 if TYPE_CHECKING:
     from vfrl.config import RLConfig, load_config
@@ -16,17 +17,6 @@ if TYPE_CHECKING:
     )
 
 __version__ = "0.1.0"
-# what vfrl.envs exports (its __all__ is this list): named here too, so `import vfrl` stays light
-ENVIRONMENT_NAMES = [
-    "Environment", "Rollout", "SingleTurnEnv", "MultiTurnEnv", "ToolEnv", "StatefulToolEnv", "EnvGroup",
-    "Rubric", "RubricGroup", "JudgeRubric", "MathRubric", "extract_boxed_answer",
-    "Parser", "XMLParser", "ThinkParser", "MaybeThinkParser", "load_environment",
-    # verifiers' classic API names, so that a package ports by `import vfrl as vf` (docs/environments.md)
-    "stop", "cleanup", "teardown", "Tool", "State", "Messages", "Message", "SystemMessage", "UserMessage",
-    "AssistantMessage", "ToolMessage", "ToolCall", "DatasetBuildError", "load_example_dataset", "extract_hash_answer",
-    "BOXED_SYSTEM_PROMPT", "THINK_BOXED_SYSTEM_PROMPT", "ReasoningGymEnv", "TextArenaEnv", "PythonEnv", "SandboxEnv",
-    "BrowserEnv",
-]
 # the types verifiers exports at the top (`vf.Info`, `vf.ClientConfig`); its errors (`vf.SandboxError`) are ERROR_NAMES
 TYPE_NAMES = ["Info", "SamplingArgs", "ClientConfig"]
 __all__ = [

@@ -178,7 +178,7 @@ class TrainerArgs(Strict):
     use_liger_kernel: bool = Field(False, description=(
         "Liger's fused Triton kernels for RMSNorm, rotary embeddings and SwiGLU in the trainer's model (GPU only; "
         "pip install liger-kernel). The logprobs keep vfrl's chunked lm_head."))
-    # ---- algorithm: advantages, loss, masking (see trainer/loss.py, normalization.py, batch.py) ----
+    # ---- algorithm: advantages, loss, masking (see learner/loss.py, normalization.py, batch.py) ----
     loss_type: Literal["ratio_mask", "ppo_clip", "gspo"] = Field(
         "ratio_mask", description="Policy loss: token ratio masking, PPO clipping, or GSPO's sequence ratio.")
     loss_normalization: Literal["dapo", "dr_grpo", "grpo"] = Field(
@@ -355,7 +355,7 @@ class TrainerConfig(Strict):
         "not use. Faster when training takes longer than generation (vLLM's cores idle part of each step: 19M model, "
         "-28% a step), slower when the two take about as long (quick start, +6%). A Python script's trainer: set "
         "OMP_WAIT_POLICY=PASSIVE before the script starts.")
-    # ---- trainer processes (multi-process trainer: trainer/distributed.py) ----
+    # ---- trainer processes (multi-process trainer: learner/distributed.py) ----
     processes: int | None = Field(
         None, ge=1, description="Trainer processes. Left out: one per trainer GPU (one on the CPU). With GPUs it "
         "must equal trainer.gpus; on the CPU (no GPU in use) N > 1 runs N data-parallel CPU processes (gloo), "

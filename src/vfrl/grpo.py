@@ -227,9 +227,9 @@ class GRPOTrainer:
 
         from vfrl.envs.loader import load_configured_environment
         from vfrl.run_dir import RunDir, append_jsonl
-        from vfrl.trainer.evaluation import eval_example_ids
+        from vfrl.rollouts.evaluation import eval_example_ids
         from vfrl.trainer.inference_watch import InferenceLost
-        from vfrl.trainer.orchestrator import Orchestrator
+        from vfrl.rollouts.orchestrator import Orchestrator
         from vfrl.trainer.inference_watch import wait_for_server
 
         plan = self._serve()

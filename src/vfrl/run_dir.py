@@ -9,7 +9,7 @@
     metrics.jsonl                  one line per step and per eval (metrics.discarded.jsonl: steps a resume redid)
     rollouts/                      step_N.jsonl and eval_step_N.jsonl
     adapters/  weights/            what the weight sync pushed into vLLM (LoRA / full fine-tuning)
-    checkpoints/                   step-N (trainer/checkpoint.py)
+    checkpoints/                   step-N (learner/checkpoint.py)
     curves.png  plots/             `vf-rl plot`
     wandb_run_id  wandb/           report_to = "wandb"
     tensorboard/                   report_to = "tensorboard" (`tensorboard --logdir <run_dir>/tensorboard`)

@@ -21,7 +21,7 @@ def section(cls: type[S], args: Any, **nested: Any) -> S:
 
 @dataclass(frozen=True)
 class LossSection:
-    """The objective (trainer/loss.py)."""
+    """The objective (learner/loss.py)."""
     loss_type: str
     mask_ratio_low: float
     mask_ratio_high: float
@@ -40,7 +40,7 @@ class LossSection:
 
 @dataclass(frozen=True)
 class BatchSection:
-    """A step's rollouts as training rows: rewards, advantages, masks and loss weights (trainer/batch.py)."""
+    """A step's rollouts as training rows: rewards, advantages, masks and loss weights (learner/batch.py)."""
     batch_size: int
     rollouts_per_example: int
     max_seq_len: int
@@ -71,7 +71,7 @@ class SamplingSection:
 
 @dataclass(frozen=True)
 class EvalSection:
-    """Eval during training: when, on which rows, how many samples (trainer/evaluation.py)."""
+    """Eval during training: when, on which rows, how many samples (rollouts/evaluation.py)."""
     eval_strategy: str
     eval_steps: int
     max_steps: int
@@ -82,7 +82,7 @@ class EvalSection:
 @dataclass(frozen=True)
 class GenerationSection:
     """The orchestrator's: which examples a step takes, how its rollouts are sampled and when they have failed
-    (trainer/orchestrator.py, step_faults.py), and eval's rollouts, sampled the same way."""
+    (rollouts/orchestrator.py, step_faults.py), and eval's rollouts, sampled the same way."""
     seed: int
     batch_size: int
     rollouts_per_example: int
@@ -97,7 +97,7 @@ class GenerationSection:
 
 @dataclass(frozen=True)
 class OptimizerSection:
-    """AdamW and its LR schedule, which counts batches (trainer/policy.py, learner.py)."""
+    """AdamW and its LR schedule, which counts batches (learner/policy.py, learner.py)."""
     learning_rate: float
     weight_decay: float
     lr_scheduler_type: str
@@ -108,7 +108,7 @@ class OptimizerSection:
 
 @dataclass(frozen=True)
 class LoraSection:
-    """The adapter trained in place of every weight when use_lora (trainer/policy.py: peft's LoraConfig)."""
+    """The adapter trained in place of every weight when use_lora (learner/policy.py: peft's LoraConfig)."""
     use_lora: bool
     lora_rank: int
     lora_alpha: int
@@ -120,7 +120,7 @@ class LoraSection:
 
 @dataclass(frozen=True)
 class CheckpointSection:
-    """When checkpoints are written, how many are kept, which one the run resumes (trainer/checkpoint.py)."""
+    """When checkpoints are written, how many are kept, which one the run resumes (learner/checkpoint.py)."""
     save_strategy: str
     save_steps: int
     keep_last: int | None

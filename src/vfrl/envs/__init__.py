@@ -5,7 +5,7 @@ its own (`verifiers.envs`), so `vf.envs.integrations` and friends resolve the sa
 
 import sys
 
-from vfrl import ENVIRONMENT_NAMES
+from vfrl.env_names import ENVIRONMENT_NAMES
 from vfrl.envs.classic import (
     BOXED_SYSTEM_PROMPT, THINK_BOXED_SYSTEM_PROMPT, BrowserEnv, ReasoningGymEnv, extract_hash_answer,
     load_example_dataset,
@@ -26,7 +26,7 @@ from vfrl.envs.textarena_env import TextArenaEnv
 from vfrl.envs.tool_defs import Tool
 from vfrl.envs.tools import StatefulToolEnv, ToolEnv
 
-__all__ = list(ENVIRONMENT_NAMES)  # vfrl/__init__.py lists them
+__all__ = list(ENVIRONMENT_NAMES)  # env_names.py lists them
 
 # verifiers' classic module paths of these classes (`from verifiers.envs.multiturn_env import MultiTurnEnv`),
 # as names of the modules that hold them here: importing one finds it in sys.modules once this package is in

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vfrl.envs.environment import Environment, Rollout
+from vfrl.envs.environment import Environment
+from vfrl.rollout_types import Rollout
 
 
 class EnvGroup(Environment):

@@ -25,7 +25,6 @@ import inspect
 import json
 import logging
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -39,64 +38,9 @@ from vfrl.envs.parsers import Parser
 from vfrl.envs.rubric import Rubric
 from vfrl.envs.slow_notice import said_if_slow
 from vfrl.envs.tool_defs import Tool
+from vfrl.rollout_types import Messages, Rollout, TokenBranch  # noqa: F401  (re-exported: packages import them here)
 
 log = logging.getLogger(__name__)
-
-Messages = list[dict[str, Any]]
-
-
-@dataclass
-class TokenBranch:
-    """Another token sequence of a rollout: the conversation went on in a context that is not a prefix
-    extension of the first (verifiers 0.4 forks a trace's message graph at compaction or a rewritten
-    history). Same meaning as the Rollout fields of the same names."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    completion_logprobs: list[float]
-    completion_mask: list[int]
-
-
-@dataclass
-class Rollout:
-    example_id: int
-    prompt: Messages | str  # a str for message_type="completion"
-    # every message after the prompt: model replies, tool/env messages; for message_type="completion" the text
-    # after the prompt, the model's and the environment's
-    completion: Messages | str
-    answer: Any  # as the row gives it (verifiers keeps an integer an integer)
-    prompt_ids: list[int]  # the first turn's prompt tokens (this and the next three: empty in text mode)
-    completion_ids: list[int]  # everything after them: model tokens of every turn, env tokens between
-    completion_logprobs: list[float]  # sampling logprobs, one per completion token (0.0 on env tokens)
-    completion_mask: list[int]  # 1 = policy token (gets loss), 0 = environment token
-    policy: str  # the served model / adapter name that sampled it
-    truncated: bool = False
-    reward: float = 0.0
-    metrics: dict[str, float] = field(default_factory=dict)
-    task: str = "default"
-    info: dict[str, Any] = field(default_factory=dict)
-    # [start, end) of each model turn inside completion_ids
-    turn_spans: list[tuple[int, int]] = field(default_factory=list)
-    # how turns after the first were sent: "chat" (vLLM's prompt ids extended the sequence),
-    # "tokens" (the template rewrote history, so the sequence went on as raw token ids), "completion"
-    # (message_type="completion": /v1/completions, later turns as token ids) or "text"
-    # (record_tokens=False: plain requests, no token sequence kept)
-    sequence_mode: str = "chat"
-    error: str | None = None  # why the rollout ended early, if a request failed
-    # reward function name -> what went wrong (raised, hung, NaN, not a number); that function scored 0
-    reward_errors: dict[str, str] = field(default_factory=dict)
-    # the rollout's other token sequences, each trained as a row of its own with this rollout's advantage
-    more_branches: list[TokenBranch] = field(default_factory=list)
-
-    def sequences(self) -> list["Rollout | TokenBranch"]:
-        """Every token sequence this rollout trains: its own, then its other branches."""
-        return [self, *self.more_branches]
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Rollout":
-        """The inverse of `dataclasses.asdict` (a checkpoint's pending batch)."""
-        return cls(**{**data, "more_branches": [TokenBranch(**b) for b in data.get("more_branches", [])]})
-
 
 def as_rows(data: Any, what: str) -> list[dict[str, Any]]:
     """A list of dicts from a list, any iterable of mappings, or a HF `datasets.Dataset`."""
@@ -288,6 +232,10 @@ class Environment:
         `record_tokens=True` (training) keeps vLLM's token ids and logprobs and fails clearly when the
         server returns none; False (text mode) sends plain chat requests and keeps only the messages."""
         raise NotImplementedError
+
+    def limit_tasks(self, n: int, bounded_too: bool = False) -> None:
+        """A run reads at most `n` rows: nothing to do for a dataset already in hand (verifiers_v1.py's taskset
+        without end is read only that far)."""
 
     async def aclose(self) -> None:
         """Run the `@teardown` methods, once; one that raises is logged and the others still run."""

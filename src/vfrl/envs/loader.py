@@ -19,6 +19,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from vfrl.env_args import args_problem, params_of
+from vfrl.env_protocol import EnvironmentProtocol, missing
 from vfrl.envs.environment import Environment
 from vfrl.envs.faults import one_line
 from vfrl.envs.verifiers_v1 import V1EnvironmentError, is_v1_module, v1_exports, v1_only
@@ -219,9 +220,7 @@ def load_environment(env_id: str, **env_args) -> Environment:
         env = func(**env_args)
     except Exception as e:
         raise raised("load_environment()", e) from e
-    if not isinstance(env, Environment):
-        raise EnvironmentLoadError(f"environment '{env_id}' ({package}): load_environment() returned "
-                                   f"{type(env).__name__}, not a vfrl Environment")
+    checked(env, f"environment '{env_id}' ({package}): load_environment()")
     if env.env_id == type(env).__name__:  # not named by its package: its messages name it by the id it was loaded by
         env.env_id = env_id
     return env
@@ -253,10 +252,19 @@ def load_configured_environment(env_id: str, env_args: dict, renderer: str | dic
     return env
 
 
+def checked(env, what: str) -> EnvironmentProtocol:
+    """`env` when it is what the trainer and vf-eval call (env_protocol.py); else one line: `what` returned it."""
+    if lacks := missing(env):
+        raise EnvironmentLoadError(f"{what} returned {type(env).__name__}, not a vfrl Environment (it has no "
+                                   f"{', '.join(lacks)})")
+    return env
+
+
 def trainable(env: Environment) -> Environment:
     """`env`, when it gives rewards to train on: one that leaves its rollouts unscored (verifiers'
     `score_rollouts=False`, for generating completions with vf-eval) is refused in one line."""
-    if not getattr(env, "score_rollouts", True):
+    checked(env, "the Python API's env")
+    if not env.score_rollouts:
         raise EnvironmentLoadError(f"environment '{env.env_id}' does not score its rollouts (it sets "
                                    "score_rollouts=False): there is no reward to train on; vf-eval runs it to "
                                    "generate completions")

@@ -13,11 +13,12 @@ never stop a run over a message's shape.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from vfrl.rollout_types import json_default, safe_repr as _repr  # noqa: F401  (json_default: rollout files)
 
 # the fields verifiers' message types declare: reading one that a message lacks gives None, as there
 FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
@@ -142,34 +143,6 @@ def last_text(messages: Any) -> str:
         return message_text(messages[-1]) if messages else ""
     except Exception:
         return _repr(messages)
-
-
-def _repr(value: Any) -> str:
-    try:
-        return repr(value)
-    except Exception:
-        return f"<{type(value).__name__}>"
-
-
-def json_default(value: Any) -> Any:
-    """`json.dumps(row, default=json_default)`: rollout files save messages of any shape (a pydantic model
-    as its set fields, a dataclass or an object as its fields, anything else as its str) instead of raising."""
-    try:
-        if hasattr(value, "model_dump"):
-            return value.model_dump(exclude_none=True)
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            return dataclasses.asdict(value)
-        if isinstance(value, Mapping):
-            return dict(value)
-        if isinstance(value, (set, frozenset)):
-            return list(value)
-        if isinstance(value, bytes):
-            return value.decode("utf-8", "replace")
-        if hasattr(value, "__dict__") and not isinstance(value, type) and not callable(value):
-            return dict(vars(value))
-        return str(value)
-    except Exception:
-        return _repr(value)
 
 
 def messages(items: Any) -> list[Message]:

@@ -23,7 +23,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from vfrl.envs.environment import Environment, Messages, Rollout, info_dict, marked
+from vfrl.envs.environment import Environment, info_dict, marked
+from vfrl.rollout_types import Messages, Rollout
 from vfrl.envs.faults import is_rejected_request, request_error_text
 from vfrl.envs.group_request import group_member
 from vfrl.envs.hook_results import State, Verdict, maybe_await, positional_params

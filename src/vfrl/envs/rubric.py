@@ -6,7 +6,7 @@ number, or is still running when the rollout's time limit is up) scores 0 and th
 scores, as in verifiers (its classic Rubric logs the error and scores that function 0.0), so a package
 gives the same rewards in both. The failure is counted in the `reward_errors` metric, and why it failed
 goes to `state["reward_errors"]` (name -> reason), which the environment copies onto the rollout (the
-trainer warns, and stops a run where one function fails on most rollouts: trainer/step_faults.py). The
+trainer warns, and stops a run where one function fails on most rollouts: rollouts/step_faults.py). The
 other functions still run (those after one that used up the time limit do not), and training goes on.
 
 Sync functions run in worker threads (vfrl/daemon_pool.py), so that one that never returns can be given

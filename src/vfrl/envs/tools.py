@@ -20,7 +20,7 @@ import json
 from typing import Any, Callable
 
 from vfrl.daemon_pool import DaemonPool
-from vfrl.envs.environment import Messages
+from vfrl.rollout_types import Messages
 from vfrl.envs.hook_results import Returned, Verdict, maybe_await, messages_and_state, positional_params
 from vfrl.envs.messages import Message, content_text, message_field
 from vfrl.envs.multiturn import MultiTurnEnv

@@ -40,7 +40,7 @@ A failed episode, or one with no sampled token, is dropped and counted like any 
 (`rollouts_dropped`, the reason on the step's warning line); when a whole batch is dropped the run stops
 with that line. One that failed in the taskset's scoring (a `@vf.reward` or `@vf.metric` raised: verifiers
 then records no reward at all) is counted apart, `rollouts_scoring_failed`, and held to
-`max_reward_error_fraction` as a failing vfrl reward function is (trainer/step_faults.py).
+`max_reward_error_fraction` as a failing vfrl reward function is (rollouts/step_faults.py).
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vfrl.envs.environment import Environment, Rollout, TokenBranch
+from vfrl.envs.environment import Environment
+from vfrl.rollout_types import Rollout, TokenBranch
 from vfrl.envs.faults import RolloutFaults, one_line, seconds_left, start_clock
 from vfrl.envs.messages import message_dict
 from vfrl.envs.verifiers_group_request import TAG as GROUP_TAG

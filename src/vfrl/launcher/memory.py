@@ -196,7 +196,7 @@ def trainer_need(shape: ModelShape, cfg: RLConfig, processes: int = 1) -> Need:
         parts = {"weights": shape.params * b / shards}
         parts["LoRA weights, gradients and AdamW states"] = (
             lora_params(shape, a.lora_rank, a.lora_modules_to_save) * LORA_BYTES_PER_PARAM / shards)
-    else:  # fp32 master weights (vfrl.trainer.policy); torch's AdamW keeps its two states in their dtype
+    else:  # fp32 master weights (vfrl.learner.policy); torch's AdamW keeps its two states in their dtype
         parts = {"weights": shape.params * 4 / shards, "gradients": shape.params * 4 / shards,
                  "AdamW states": 2 * shape.params * 4 / shards}
         if a.beta > 0:

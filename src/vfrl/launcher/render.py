@@ -11,7 +11,7 @@ from vfrl.launcher.pane_env import source_line
 from vfrl.launcher.plan import PanePlan, Plan, ShellWord
 from vfrl.launcher.procs import MARKER
 from vfrl.run_dir import RunDir
-from vfrl.trainer.stop_signals import SLURM_STOP
+from vfrl.stop_signals import SLURM_STOP
 
 
 def shell_join(words: list[str]) -> str:
@@ -29,7 +29,7 @@ def pane_script(pane: PanePlan, run_dir: Path, workdir: Path, after: list[str] =
     lines = ["#!/usr/bin/env bash", f"# vf-rl {pane.title.lower()} pane", "set -o pipefail",
              "trap : INT TERM",
              f"trap '' {SLURM_STOP}  # `vf-rl stop` of a Slurm job: the trainer's signal alone "
-             "(trainer/stop_signals.py)",
+             "(stop_signals.py)",
              f"cd {shlex.quote(str(workdir))}", source_line(run_dir),
              f"export {MARKER}={shlex.quote(str(run_dir))}  # vf-rl stop finds the run's processes by it"]
     lines += [f"export {k}={shlex.quote(v)}" for k, v in pane.env.items()]

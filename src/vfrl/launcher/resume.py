@@ -29,7 +29,7 @@ def run_dirs(base: Path) -> list[Path]:
 def find_checkpoint(base: Path, resume: str) -> tuple[Path, Path]:
     """(run dir, checkpoint dir) for `--resume` value `resume` ("latest", a step number or a path)."""
     # imported here: vf-rl's main() loads this module, and trainer.checkpoint pulls in openai (slow --help)
-    from vfrl.trainer.checkpoint import PREFIX, is_complete, latest_checkpoint
+    from vfrl.learner.checkpoint import PREFIX, is_complete, latest_checkpoint
 
     if resume != "latest" and not resume.isdigit():
         path = Path(resume).expanduser().resolve()

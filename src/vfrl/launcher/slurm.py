@@ -29,7 +29,7 @@ from vfrl.launcher import procs
 from vfrl.launcher.machine import Machine
 from vfrl.launcher.plan import JOB_MAIN_ADDRESS_ENV, Plan, PlanError, network_notice
 from vfrl.run_dir import RunDir
-from vfrl.trainer.stop_signals import SLURM_STOP
+from vfrl.stop_signals import SLURM_STOP
 
 INFERENCE_URL_ENV = "VFRL_INFERENCE_URL"  # vf-train's --base-url: a server on another node of the job
 JOB_ID_FILE = "slurm.jobid"

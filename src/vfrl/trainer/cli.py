@@ -17,7 +17,7 @@ from vfrl.daemon_pool import exit_process
 from vfrl.gpu_share import TRAINER_LOADS_AFTER_VLLM_ENV
 from vfrl.inference.server import API_KEY_ENV
 from vfrl.run_dir import RunDir
-from vfrl.trainer import stop_signals
+from vfrl import stop_signals
 from vfrl.trainer.failure import (
     EXIT_ERROR, EXIT_INFERENCE_LOST, EXIT_INTERRUPTED, TrainingStopped, describe, log_traceback,
 )

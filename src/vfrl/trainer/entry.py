@@ -1,6 +1,6 @@
 """vf-train's console script: holds Ctrl-C and SIGTERM before anything else is imported (stop_signals.py)."""
 
-from vfrl.trainer import stop_signals
+from vfrl import stop_signals
 
 
 def main() -> None:

@@ -16,11 +16,11 @@ import json
 from pathlib import Path
 
 from vfrl.config import TrainerArgs
-from vfrl.envs.messages import json_default
+from vfrl.rollout_types import json_default
 from vfrl.run_dir import RunDir, append_jsonl
 from vfrl.trainer.console import TrainerConsole
 from vfrl.trainer.mismatch import MismatchWatch
-from vfrl.trainer.orchestrator import Batch
+from vfrl.rollout_types import Batch
 from vfrl.trainer.wandb_sink import NoWandb, WandbSink
 
 

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 
 from vfrl.run_dir import RunDir, read_jsonl
-from vfrl.trainer.checkpoint import latest_checkpoint
+from vfrl.learner.checkpoint import latest_checkpoint
 
 
 def newest(directory: Path, prefix: str) -> Path | None:

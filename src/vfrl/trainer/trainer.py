@@ -6,17 +6,16 @@
             push policy n+1 to vLLM, sample from it from now on
     (k = 0: generate batch n with policy n, then train on it.)
 
-The parts it joins, each in its own file:
-    learner.py          Learner: model, optimizer, schedule, reference; train_step on one batch
-    pipeline.py         Pipeline: the push to vLLM and its load, the batch in flight, eval in the background
-    orchestrator.py     Orchestrator: examples, rollouts against vLLM, scores (the environment: envs/)
-    weight_sync.py      how a policy reaches vLLM (a LoRA adapter, merged weights, full weights)
-    run_log.py          RunLog: metrics.jsonl, rollout files, console, wandb
-    checkpoint.py       checkpoints and resume; failure.py: the one line and what is kept when the run cannot go on
-    inference_watch.py  the vLLM server, watched beside the loop; when vf-vllm starts a dead one again, heal() waits
-                        for it and the loop goes on from the steps trained
-    distributed.py      several processes (accelerate launch --num-processes N): rank 0 runs this loop and hands
-                        each batch to the others, which only train (_follow)
+The two sides it joins, siblings that never import each other (tests/test_layers.py):
+    rollouts/           the pipeline (push to vLLM, the batch in flight, eval in the background), the orchestrator
+                        (examples, rollouts against vLLM, scores: the environment, envs/), the weight sync
+    learner/            Learner: model, optimizer, schedule, reference; train_step on one batch returns its stats;
+                        checkpoints; several processes (accelerate launch --num-processes N: rank 0 runs this loop
+                        and hands each batch to the others, which only train: _follow)
+    rollout_types.py    what one hands the other: Rollout, Batch
+And beside the loop, in trainer/: run_log.py (metrics.jsonl, rollout files, console, wandb), failure.py (the one
+line and what is kept when the run cannot go on), inference_watch.py (the vLLM server, watched beside the loop;
+when vf-vllm starts a dead one again, heal() waits for it and the loop goes on from the steps trained).
 """
 
 from __future__ import annotations
@@ -30,10 +29,10 @@ from pathlib import Path
 from vfrl.config import RLConfig
 from vfrl.envs.loader import load_configured_environment, trainable
 from vfrl.run_dir import RunDir, set_aside_after
-from vfrl.trainer.checkpoint import TrainingState, latest_checkpoint, save_checkpoint, step_of
+from vfrl.learner.checkpoint import TrainingState, latest_checkpoint, save_checkpoint, step_of
 from vfrl.trainer.console import TrainerConsole
-from vfrl.trainer.evaluation import is_eval_step
-from vfrl.trainer import stop_signals
+from vfrl.rollouts.evaluation import is_eval_step
+from vfrl import stop_signals
 from vfrl.trainer.failure import (
     EXIT_ERROR, EXIT_INFERENCE_LOST, HungUp, TrainingStopped, as_typed, describe, log_traceback, resume_hint,
     unretrieved_errors_to,
@@ -41,14 +40,15 @@ from vfrl.trainer.failure import (
 from vfrl.trainer.inference_watch import (
     START_TIMEOUT, InferenceLost, inference_problem, restart_under_way, restarts, wait_for_server, watch_inference,
 )
-from vfrl.trainer.learner import Learner
-from vfrl.trainer.orchestrator import Batch, Orchestrator
-from vfrl.trainer.pipeline import SERVER_CALLS, Pipeline
+from vfrl.learner.learner import Learner
+from vfrl.rollouts.orchestrator import Orchestrator
+from vfrl.rollout_types import Batch
+from vfrl.rollouts.pipeline import SERVER_CALLS, Pipeline
 from vfrl.trainer.run_log import RunLog, step_record
-from vfrl.trainer.sent_requests import SentRequests
+from vfrl.rollouts.sent_requests import SentRequests
 from vfrl.trainer.summary import summary
-from vfrl.trainer.torch_thread import TorchThread
-from vfrl.trainer.weight_sync import weight_sync_for
+from vfrl.torch_thread import TorchThread
+from vfrl.rollouts.weight_sync import weight_sync_for
 
 
 class RLTrainer:
@@ -60,9 +60,8 @@ class RLTrainer:
         self.ranks = self.learner.ranks
         self.env = trainable(env if env is not None else load_configured_environment(
             config.env.id, config.env.args, config.env.renderer, config.env.workers, config.env.sandbox))
-        if hasattr(self.env, "limit_tasks"):  # a verifiers taskset without end: read only the rows this run can use
-            a = self.args
-            self.env.limit_tasks(a.max_steps * (a.batch_size // a.rollouts_per_example) + a.num_eval_examples)
+        a = self.args  # a verifiers taskset without end: read only the rows this run can use
+        self.env.limit_tasks(a.max_steps * (a.batch_size // a.rollouts_per_example) + a.num_eval_examples)
         if self.ranks.is_main:
             paths.rollouts.mkdir(parents=True, exist_ok=True)
         self.sync = weight_sync_for(config, paths, base_url, api_key)
@@ -71,7 +70,6 @@ class RLTrainer:
         self.start_step, self.pending_batches = 0, []
         if self.args.resume_from:
             self.start_step, self.pending_batches = self.resume(Path(self.args.resume_from))
-        self.unlogged: tuple[int, Batch, dict, dict] | None = None  # the last step trained, until its line is written
         # the server process to watch beside /health: vf-vllm's, none for a server vf-rl did not start or one on
         # another node (a base URL other than its own server's: a Slurm job's inference node)
         own = not config.inference.base_url and base_url == config.inference.url
@@ -130,10 +128,6 @@ class RLTrainer:
         """Rank 0, after the loop failed: log the traceback, keep the steps trained so far, say it in one line."""
         if not isinstance(error, HungUp):
             log_traceback(self.log_file, error)
-        if self.unlogged:  # a step trained (and kept below) whose push failed: its metrics line too
-            step, batch, stats, times = self.unlogged
-            with contextlib.suppress(Exception):
-                self.run_log.step(step + 1, self.record(step, batch, stats, None, times), batch)
         # the server's state tells whether it caused the failure; a closed terminal ended it too (its pane's)
         lost = (str(error) if isinstance(error, InferenceLost) else
                 None if isinstance(error, HungUp) else inference_problem(self.base_url, self.inference_pid_file))
@@ -241,9 +235,8 @@ class RLTrainer:
                 await watch
             loop.result()
         finally:
-            if (close := getattr(self.env, "aclose", None)) is not None:  # its @teardown methods, or a verifiers
-                with contextlib.suppress(Exception):                    # 0.4 environment's serving resources
-                    await close()                                       # (verifiers_v1.py), in this loop
+            with contextlib.suppress(Exception):  # its @teardown methods, or a verifiers 0.4 environment's
+                await self.env.aclose()          # serving resources (verifiers_v1.py), in this loop
 
     async def _train(self, pipe: Pipeline, start: int, pending: list[Batch]) -> None:
         """Train steps `start`.. (a resume's or a heal's: the steps done) on `pending` (batches sampled already)
@@ -274,22 +267,25 @@ class RLTrainer:
             save_s = 0.0
             if self.save_due(step):
                 save_s = await torch_thread.run(self.save, step, [batch, *[await f for f in older]])
-            await torch_thread.run(self.train_and_hold, step, batch, {"wait_s": wait_s, "save_s": save_s})
-            _, _, stats, times = self.unlogged
+            stats, times = await self.train_step(torch_thread, step, batch, {"wait_s": wait_s, "save_s": save_s})
             version = step + 1
-            if evaluation is not None:
-                self.run_log.eval(evaluation[0], *await evaluation[1])
-                evaluation = None
-            # full weights: the batches in flight end on the policy they started on; vLLM loads the new one after
-            drain = asyncio.gather(*ahead, return_exceptions=True) if self.sync.drain_before_push and ahead else None
-            _, sync_s = await pipe.push(learner.policy, version, after=drain)
-            if self.ranks.active:  # no rank starts step+1 before policy step+1 is written
-                await torch_thread.run(self.ranks.barrier)
+            try:
+                if evaluation is not None:
+                    self.run_log.eval(evaluation[0], *await evaluation[1])
+                    evaluation = None
+                # full weights: the batches in flight end on the policy they started on; vLLM loads the new one after
+                drain = self.sync.drain_before_push and ahead and asyncio.gather(*ahead, return_exceptions=True)
+                _, sync_s = await pipe.push(learner.policy, version, after=drain or None)
+                if self.ranks.active:  # no rank starts step+1 before policy step+1 is written
+                    await torch_thread.run(self.ranks.barrier)
+            except BaseException:  # trained, not pushed: its line (no sync time, no adapter), then the failure
+                with contextlib.suppress(Exception):
+                    self.run_log.step(step + 1, self.record(step, batch, stats, None, times), batch)
+                raise
             if is_eval_step(a.evaluation, version):
                 evaluation = pipe.start_eval(version)
-            times |= {"wait_s": wait_s, "sync_s": sync_s, "step_s": time.time() - t_step}
+            times |= {"sync_s": sync_s, "step_s": time.time() - t_step}
             self.run_log.step(step + 1, self.record(step, batch, stats, self.sync.name_of(version), times), batch)
-            self.unlogged = None
         await pipe.loading  # the last policy is served when the run ends (eval, GRPOTrainer.evaluate)
         if evaluation is not None:
             self.run_log.eval(evaluation[0], *await evaluation[1])
@@ -311,10 +307,6 @@ class RLTrainer:
         log_traceback(self.log_file, error)  # what the server's death did to the loop, for the log
         self.pipeline.abandon()
         await self.pipeline.torch_thread.run(lambda: None)  # a step or a save in flight ends first
-        if self.unlogged:  # trained, its push lost with the server: its line now, its policy pushed again below
-            step, batch, stats, times = self.unlogged
-            self.run_log.step(step + 1, self.record(step, batch, stats, None, times), batch)
-            self.unlogged = None
         done = self.learner.steps_done
         self.console.warn(f"the vLLM server exited ({record['exit_code']}); vf-vllm is starting it again "
                           f"({record['restart']} of {record['max_restarts']}, inference.max_restarts). The {done} "
@@ -338,13 +330,21 @@ class RLTrainer:
         if a.save_strategy == "steps" and a.max_steps > self.start_step:
             self.save(a.max_steps, [])
 
-    def train_and_hold(self, step: int, batch: Batch, times: dict) -> None:
-        """Learner.train_step, then hold the step's stats in `unlogged` until its metrics line is written: after
-        the push, or by stopped_by when the push (or anything after the step) failed. Set in the torch thread,
-        so a step that finishes after the loop was cancelled is held too."""
+    async def train_step(self, torch_thread: TorchThread, step: int, batch: Batch, times: dict) -> tuple[dict, dict]:
+        """Learner.train_step on `batch` in the torch thread: its stats, and `times` with the step's bounds. Cancelled
+        meanwhile (the server lost), the step still ends, and its line is written before the cancellation goes on:
+        the emergency checkpoint holds the step."""
         t0 = time.time()
-        stats = self.learner.train_step(batch)
-        self.unlogged = step, batch, stats, times | {"train_start": t0, "train_end": time.time()}
+        training = asyncio.ensure_future(torch_thread.run(self.learner.train_step, batch))
+        try:
+            stats = await asyncio.shield(training)
+        except asyncio.CancelledError:
+            with contextlib.suppress(BaseException):
+                stats = await training
+                times |= {"train_start": t0, "train_end": time.time()}
+                self.run_log.step(step + 1, self.record(step, batch, stats, None, times), batch)
+            raise
+        return stats, times | {"train_start": t0, "train_end": time.time()}
 
     def record(self, step: int, batch: Batch, stats: dict, model_name: str | None, times: dict) -> dict:
         """metrics.jsonl's line for training step `step` (run_log.step_record)."""

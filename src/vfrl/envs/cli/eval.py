@@ -30,7 +30,7 @@ from vfrl.envs.at_k import at_k
 from vfrl.envs.cli import fail
 from vfrl.envs.cli.eval_defaults import EVAL_DEFAULTS, read_eval_defaults
 from vfrl.envs.faults import RolloutFailed, RolloutFaults, first_reason, reward_error_counts
-from vfrl.envs.messages import json_default
+from vfrl.rollout_types import json_default
 from vfrl.envs.sampling import MissingTokenIds, probe_token_ids
 
 PROG = "vf-eval"

@@ -15,10 +15,11 @@ import asyncio
 import time
 from pathlib import Path
 
-from vfrl.trainer.orchestrator import Batch, Orchestrator
-from vfrl.trainer.sent_requests import SentRequests
-from vfrl.trainer.torch_thread import TorchThread
-from vfrl.trainer.weight_sync import WeightSync
+from vfrl.rollouts.orchestrator import Orchestrator
+from vfrl.rollout_types import Batch
+from vfrl.rollouts.sent_requests import SentRequests
+from vfrl.torch_thread import TorchThread
+from vfrl.rollouts.weight_sync import WeightSync
 from vfrl.daemon_pool import DaemonPool
 
 # Calls that wait on the vLLM server (HTTP only): in threads the loop can stop waiting for once the run is

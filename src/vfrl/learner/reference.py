@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from vfrl.trainer.logprobs import sequence_logprobs
-from vfrl.trainer.shared_prefix import packs
+from vfrl.learner.logprobs import sequence_logprobs
+from vfrl.learner.shared_prefix import packs
 
 
 class ReferencePolicy:

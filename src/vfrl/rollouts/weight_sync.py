@@ -25,8 +25,8 @@ from vfrl.run_dir import RunDir, atomic_directory
 from vfrl.inference.endpoints import server_root
 from vfrl.inference.lora_ranks import adapters_served
 from vfrl.inference.reload_route import RELOAD_PATH, STAGE_PATH
-from vfrl.trainer.push_files import merged_state_dict, save_adapter, tied_once
-from vfrl.trainer.safetensors_rewrite import save_file
+from vfrl.rollouts.push_files import merged_state_dict, save_adapter, tied_once
+from vfrl.rollouts.safetensors_rewrite import save_file
 
 
 class WeightSync(ABC):

@@ -27,10 +27,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vfrl.envs.environment import Rollout
-from vfrl.envs.messages import json_default
+from vfrl.rollout_types import Batch, Rollout
+from vfrl.rollout_types import json_default
 from vfrl.run_dir import atomic_directory
-from vfrl.trainer.orchestrator import Batch
 
 if TYPE_CHECKING:
     import torch

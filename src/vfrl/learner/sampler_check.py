@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from vfrl.trainer.logprobs import sequence_logprobs
-from vfrl.trainer.loss import mismatch_kl
+from vfrl.learner.logprobs import sequence_logprobs
+from vfrl.learner.loss import mismatch_kl
 
 
 class SamplerCheck:

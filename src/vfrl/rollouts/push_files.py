@@ -13,7 +13,7 @@ from __future__ import annotations
 import weakref
 from pathlib import Path
 
-from vfrl.trainer.safetensors_rewrite import rewrite
+from vfrl.rollouts.safetensors_rewrite import rewrite
 
 _EMBEDDINGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _ADAPTER_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -16,7 +16,7 @@ import asyncio
 import functools
 from concurrent.futures import ThreadPoolExecutor
 
-from vfrl.trainer import stop_signals
+from vfrl import stop_signals
 
 
 class TorchThread:

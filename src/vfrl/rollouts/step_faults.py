@@ -12,7 +12,7 @@ that failed, which drops its episode, is held to the same limit, of the rollouts
 
 from __future__ import annotations
 
-from vfrl.envs.environment import Rollout
+from vfrl.rollout_types import Rollout
 from vfrl.envs.faults import RolloutFaults, first_reason, one_line, reward_error_counts
 
 

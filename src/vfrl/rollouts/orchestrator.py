@@ -10,33 +10,13 @@ import asyncio
 import hashlib
 import random
 import time
-from dataclasses import dataclass, field
 
-from vfrl.envs.environment import Environment, Rollout
+from vfrl.envs.environment import Environment
+from vfrl.rollout_types import Batch, Rollout
 from vfrl.envs.faults import RolloutFaults
 from vfrl.sections import GenerationSection
-from vfrl.trainer.evaluation import evaluate, held_out_size
-from vfrl.trainer.step_faults import BatchTimedOut, check_step
-
-
-@dataclass
-class Batch:
-    step: int
-    policy_version: int  # the policy the rollouts were sampled from
-    rollouts: list[Rollout]
-    example_ids: list[int]
-    gen_start: float = 0.0  # wall-clock (time.time) bounds of generation
-    gen_end: float = 0.0
-    load_s: float = 0.0  # vLLM's load of policy_version, which the generation waited for (Pipeline.push)
-    metrics: dict[str, float] = field(default_factory=dict)  # the step's fault counts, see step_faults.py
-    # rollouts per group, in example_ids order; fewer where faults dropped some. None: every group full
-    group_sizes: list[int] | None = None
-    warning: str | None = None  # one line about the batch's faults, for the console
-
-    def sizes(self) -> list[int]:
-        if self.group_sizes is not None:
-            return self.group_sizes
-        return [len(self.rollouts) // len(self.example_ids)] * len(self.example_ids)
+from vfrl.rollouts.evaluation import evaluate, held_out_size
+from vfrl.rollouts.step_faults import BatchTimedOut, check_step
 
 
 class NoTrainingRows(ValueError):

@@ -13,17 +13,17 @@ from pathlib import Path
 import torch
 
 from vfrl.config import RLConfig
-from vfrl.trainer.advantages import reward_stats
-from vfrl.trainer.batch import TrainBatch, make_train_batch
-from vfrl.trainer.checkpoint import TrainingState, load_checkpoint, rng_states, save_checkpoint
-from vfrl.trainer.distributed import Ranks
-from vfrl.trainer.logprobs import sequence_logprobs_and_entropy
-from vfrl.trainer.loss import LossInputs, compute_loss, importance_weights, mismatch_kl
-from vfrl.trainer.orchestrator import Batch
-from vfrl.trainer.policy import compute_dtype, load_policy, make_accelerator, prepare_training
-from vfrl.trainer.reference import ReferencePolicy
-from vfrl.trainer.sampler_check import SamplerCheck
-from vfrl.trainer.shared_prefix import Packed, layout, packs
+from vfrl.learner.advantages import reward_stats
+from vfrl.learner.batch import TrainBatch, make_train_batch
+from vfrl.learner.checkpoint import TrainingState, load_checkpoint, rng_states, save_checkpoint
+from vfrl.learner.distributed import Ranks
+from vfrl.learner.logprobs import sequence_logprobs_and_entropy
+from vfrl.learner.loss import LossInputs, compute_loss, importance_weights, mismatch_kl
+from vfrl.rollout_types import Batch
+from vfrl.learner.policy import compute_dtype, load_policy, make_accelerator, prepare_training
+from vfrl.learner.reference import ReferencePolicy
+from vfrl.learner.sampler_check import SamplerCheck
+from vfrl.learner.shared_prefix import Packed, layout, packs
 
 
 class Learner:

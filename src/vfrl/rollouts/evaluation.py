@@ -13,7 +13,8 @@ import time
 from statistics import mean, pstdev
 
 from vfrl.envs.at_k import at_k
-from vfrl.envs.environment import Environment, Rollout
+from vfrl.envs.environment import Environment
+from vfrl.rollout_types import Rollout
 from vfrl.envs.faults import RolloutFaults
 from vfrl.sections import EvalSection, GenerationSection
 

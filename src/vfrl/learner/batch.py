@@ -17,11 +17,11 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from vfrl.envs.environment import Rollout
+from vfrl.rollout_types import Rollout
 from vfrl.sections import BatchSection
-from vfrl.trainer.advantages import flat_groups, group_advantages
-from vfrl.trainer.normalization import loss_weights
-from vfrl.trainer.shared_prefix import unpadded
+from vfrl.learner.advantages import flat_groups, group_advantages
+from vfrl.learner.normalization import loss_weights
+from vfrl.learner.shared_prefix import unpadded
 
 
 @dataclass

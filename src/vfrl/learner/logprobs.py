@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from vfrl.trainer.shared_prefix import Packed, hidden_states
+from vfrl.learner.shared_prefix import Packed, hidden_states
 
 _NO_POSITION = torch.empty(0, dtype=torch.long)
 
