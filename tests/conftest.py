@@ -12,23 +12,53 @@ from vfrl.testing import BIN, free_port, vf_vllm, write_config  # noqa: F401 (th
 ROOT = Path(__file__).resolve().parents[1]
 
 
+SESSION_SERVERS = ("shared_vllm_server", "tool_server")  # the session's shared vf-vllm servers (below)
+# Modules on the shared servers that run in the other lane all the same, to even out the two workers: that lane
+# then starts its own shared server (once). Measured (the full suite, two lanes): 873 s for the shared servers'
+# lane and 748 s for the other worker (its lane, then the modules without a real-stack test).
+ON_THE_OTHER_LANE = ("test_python_api.py",)
+
+
+def real_stack_lane(name: str, text: str) -> str | None:
+    """The lane of test module `name`, from its text: None when it marks no test e2e; else the lane of the modules
+    that use the session's shared servers (they start once, on that lane's worker), or the other."""
+    if "mark.e2e" not in text:
+        return None
+    shared = any(server in text for server in SESSION_SERVERS) and name not in ON_THE_OTHER_LANE
+    return "the real stack, shared servers" if shared else "the real stack, other"
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """scripts/test.sh runs the suite on two pytest-xdist workers: every module with a real-stack (e2e) test on one of
-    them, in order, so that two vLLM servers and trainers never compete for the cores and the session's shared servers
-    start once; each other module, whole (its module fixtures made once), on whichever worker is free. This runs in
-    xdist's controller, which collects no tests: a real-stack module is one whose text marks a test e2e."""
+    """scripts/test.sh runs the suite on two pytest-xdist workers. The real-stack (e2e) modules run in two lanes, one
+    per worker, each lane's modules in order: those on the session's shared servers (which start once, in that
+    worker), and those that start vLLM servers and trainers of their own. A real run keeps about half of the two
+    cores busy (it waits on the server, on timeouts it provokes, on start-ups), so the lanes overlap well; one
+    lane of them all left the other worker idle for the last 11 of 17 minutes. Each other module, whole (its module
+    fixtures made once), goes to whichever worker is free. This runs in xdist's controller, which collects no
+    tests: a module's lane is read from its text."""
     from xdist.scheduler import LoadScopeScheduling
 
-    real_stack = {f"tests/{path.name}" for path in Path(__file__).parent.glob("test_*.py")
-                  if "mark.e2e" in path.read_text()}
+    lanes = {f"tests/{path.name}": lane for path in Path(__file__).parent.glob("test_*.py")
+             if (lane := real_stack_lane(path.name, path.read_text()))}
 
-    class RealStackOnOneWorker(LoadScopeScheduling):
+    class RealStackInTwoLanes(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
-            return "the real stack" if module in real_stack else module
+            return lanes.get(module, module)
 
-    return RealStackOnOneWorker(config, log)
+        def _assign_work_unit(self, node) -> None:
+            """As LoadScope, but a worker that holds one lane never takes the other: the next other scope instead
+            (or nothing yet, when only the other lane is left: the worker that holds it takes it)."""
+            held = {scope for scope in self.assigned_work.get(node, {}) if scope in lanes.values()}
+            if held and next(iter(self.workqueue)) in lanes.values() and next(iter(self.workqueue)) not in held:
+                other = next((scope for scope in self.workqueue if scope not in lanes.values()), None)
+                if other is None:
+                    return
+                self.workqueue.move_to_end(other, last=False)
+            super()._assign_work_unit(node)
+
+    return RealStackInTwoLanes(config, log)
 
 
 @pytest.fixture(scope="session")
