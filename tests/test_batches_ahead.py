@@ -156,9 +156,11 @@ def test_a_step_trained_before_its_push_failed_gets_its_metrics_line():
     assert "sync_s" not in failed and failed["train_end"] >= failed["train_start"]
 
 
-def test_a_step_in_flight_when_the_loop_is_cancelled_ends_and_gets_its_line():
-    """The server lost mid-step cancels the loop: the step in the torch thread still ends (the emergency
-    checkpoint holds it), and its line is written before the cancellation goes on."""
+@pytest.mark.parametrize("cancel", ["the loop", "every task"])
+def test_a_step_in_flight_when_the_loop_is_cancelled_ends_and_gets_its_line(cancel):
+    """The server lost mid-step cancels the loop; a Ctrl-C or a hang-up closes the event loop, which cancels every
+    task (asyncio.Runner.close): the step in the torch thread still ends (the emergency checkpoint holds it), and
+    its line is written before the cancellation goes on."""
     import threading
 
     args = TrainerArgs(num_batches_ahead=1, max_steps=4, batch_size=4, rollouts_per_example=2)
@@ -180,7 +182,8 @@ def test_a_step_in_flight_when_the_loop_is_cancelled_ends_and_gets_its_line():
     async def cancel_mid_step():
         task = asyncio.create_task(trainer._train(FakePipeline(torch_thread, 0), 0, []))
         await asyncio.get_running_loop().run_in_executor(None, in_step.wait, 10)
-        task.cancel()
+        for other in [task] if cancel == "the loop" else asyncio.all_tasks() - {asyncio.current_task()}:
+            other.cancel()
         await asyncio.sleep(0.05)
         release.set()
         with pytest.raises(asyncio.CancelledError):

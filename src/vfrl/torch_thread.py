@@ -25,7 +25,13 @@ class TorchThread:
 
     async def run(self, fn, *args):
         """fn(*args) in the torch thread, awaited from the event loop (which goes on generating meanwhile)."""
-        return await asyncio.get_running_loop().run_in_executor(self.pool, functools.partial(fn, *args))
+        return await self.submit(fn, *args)
+
+    def submit(self, fn, *args) -> asyncio.Future:
+        """fn(*args) in the torch thread; its result as a future of the running loop. A future, not a task: a loop
+        that shuts down (asyncio.Runner's close after a Ctrl-C) cancels its tasks, and an awaiter that must see the
+        step end (RLTrainer.train_step) can still await this."""
+        return asyncio.get_running_loop().run_in_executor(self.pool, functools.partial(fn, *args))
 
     def join(self) -> None:
         """Wait for the work in flight to end; a Ctrl-C or SIGTERM meanwhile is noted, never raised (we are

@@ -332,10 +332,11 @@ class RLTrainer:
 
     async def train_step(self, torch_thread: TorchThread, step: int, batch: Batch, times: dict) -> tuple[dict, dict]:
         """Learner.train_step on `batch` in the torch thread: its stats, and `times` with the step's bounds. Cancelled
-        meanwhile (the server lost), the step still ends, and its line is written before the cancellation goes on:
-        the emergency checkpoint holds the step."""
+        meanwhile (the server lost, or the loop closing after a Ctrl-C or a hang-up, which cancels every task), the
+        step still ends, and its line is written before the cancellation goes on: the emergency checkpoint holds
+        the step."""
         t0 = time.time()
-        training = asyncio.ensure_future(torch_thread.run(self.learner.train_step, batch))
+        training = torch_thread.submit(self.learner.train_step, batch)  # not a task: a closing loop cancels tasks
         try:
             stats = await asyncio.shield(training)
         except asyncio.CancelledError:
