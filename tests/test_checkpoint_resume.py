@@ -22,13 +22,12 @@ import pytest
 import torch
 
 from conftest import BIN, SharedServer, against_server, log_since, write_config, tmux_socket
-from vfrl.rollout_types import Rollout
 from vfrl.launcher.plot import read_metrics
 from vfrl.launcher.resume import ResumeError, find_checkpoint
 from vfrl.learner.checkpoint import (
     TrainingState, latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint,
 )
-from vfrl.rollout_types import Batch
+from vfrl.rollout_types import Batch, Rollout
 
 
 # ---------- unit ----------
@@ -401,3 +400,44 @@ def test_two_batches_ahead_train_two_policies_back_and_resume_exactly(ahead_runs
         assert [r["completion"] for r in rollouts(whole, step)] == [r["completion"] for r in rollouts(resumed, step)]
         assert a[step - 1]["loss"] == b[step - 1]["loss"], step
         assert a[step - 1]["policy_version"] == b[step - 1]["policy_version"] == step - 3
+
+
+@pytest.mark.e2e
+def test_export_merges_the_adapter_and_the_folder_replies_as_vllm_does_with_the_adapter(runs, shared_vllm_server,
+                                                                                          tmp_path):
+    """`vf-rl export RUN_DIR`: a plain Hugging Face folder (no LoRA left in it, the base's weights changed by the
+    merge) whose greedy replies under transformers are those of the run's adapter served by vLLM, on 8 prompts."""
+    import httpx
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from vfrl.inference.endpoints import server_root
+    from vfrl.launcher.run_policy import find_policy
+
+    full = runs[0]
+    done = subprocess.run([str(BIN / "vf-rl"), "export", str(full), "-o", str(tmp_path / "merged")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    policy = find_policy(full)
+    assert done.stdout.strip() == f"wrote {tmp_path / 'merged'}: step {policy.step} as a Hugging Face model folder"
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged", torch_dtype=torch.float32).eval()
+    base = AutoModelForCausalLM.from_pretrained(shared_vllm_server.model, torch_dtype=torch.float32)
+    assert not any("lora" in name for name, _ in merged.named_parameters())
+    changed = [n for n, w in merged.state_dict().items() if not torch.equal(w, base.state_dict()[n])]
+    assert changed and all(n.endswith("weight") for n in changed), changed
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "merged")
+
+    http = httpx.Client(base_url=server_root(shared_vllm_server.base_url), timeout=120,
+                        headers={"Authorization": f"Bearer {SharedServer.api_key}"})
+    name = f"export-check-{policy.step}"
+    loaded = http.post("/v1/load_lora_adapter", json={"lora_name": name, "lora_path": str(policy.path)})
+    assert loaded.status_code == 200, loaded.text
+    try:
+        for word in ["apple", "banana", "cherry", "dates", "elderberry", "fig", "grape", "honeydew"]:
+            ids = tokenizer(f"Reverse the text: {word}").input_ids
+            reply = http.post("/v1/completions", json={"model": name, "prompt": ids, "max_tokens": 12,
+                                                       "temperature": 0}).json()["choices"][0]["text"]
+            with torch.no_grad():
+                out = merged.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)
+            assert tokenizer.decode(out[0, len(ids):], skip_special_tokens=True) == reply, word
+    finally:
+        http.post("/v1/unload_lora_adapter", json={"lora_name": name})

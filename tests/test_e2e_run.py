@@ -217,3 +217,23 @@ def test_wandb_offline_run_files_under_run_dir(finished_run):
     assert data and data[0].stat().st_size > 1000
     blob = data[0].read_bytes()
     assert b"eval/reward_mean" in blob and b"reward_mean" in blob and b"completions" in blob
+
+
+def test_the_summarys_evaluate_command_gives_the_runs_last_eval_again(finished_run):
+    """The command the run's last lines print, run as printed: `vf-rl eval RUN_DIR` serves the newest policy on a
+    vf-vllm of its own and evaluates it as training did (its env, args, sampling, seeds): the same eval line."""
+    import shlex
+
+    proc, run_dir, *_ = finished_run
+    [line] = [line for line in proc.stdout.splitlines() if "evaluate it: " in line]
+    command = shlex.split(line.split("evaluate it: ", 1)[1].split("  (")[0])
+    assert command[:2] == ["vf-rl", "eval"], line
+    done = subprocess.run([str(BIN / "vf-rl"), *command[1:]], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    last = [m for m in read_metrics(run_dir) if "eval/reward_mean" in m][-1]
+    results = json.loads((run_dir / "evals" / "step-4" / "results.json").read_text())
+    assert results["step"] == last["step"] == 4 and results["policy"].endswith("adapters/policy-4")
+    assert results["eval/num_rollouts"] == last["eval/num_rollouts"]
+    assert results["eval/reward_mean"] == pytest.approx(last["eval/reward_mean"], abs=1e-9), (results, last)
+    assert f"eval reward (step 4)  {results['eval/reward_mean']:.3f}" in done.stdout
+    assert len((run_dir / "evals" / "step-4" / "rollouts.jsonl").read_text().splitlines()) == last["eval/num_rollouts"]

@@ -26,7 +26,7 @@ def test_a_lora_run_ends_with_rewards_evals_adapter_and_commands(tmp_path):
     assert "0.100 -> 0.900  (+0.800)" in text
     assert "eval reward (step 0 -> step 20)  0.200 -> 0.700  (+0.500)" in text
     assert f"policy: {tmp_path}/adapters/policy-20 (a peft LoRA adapter of ./models/m)" in text  # 20, not 3 or 19
-    assert f"--lora-modules policy={tmp_path}/adapters/policy-20, then vf-eval arithmetic -m policy" in text
+    assert f"evaluate it: vf-rl eval {tmp_path}  (" in text and f"export it: vf-rl export {tmp_path}  (" in text
     assert f"curves: vf-rl plot {tmp_path}" in text
 
 
@@ -40,7 +40,7 @@ def test_a_full_weight_run_names_its_weights_and_a_short_run_its_own_window(tmp_
     assert "done: 3 steps\n" in text and "first and last 1 steps)  0.200 -> 0.600" in text
     assert (f"policy: {tmp_path}/weights/step-3 (full weights" in text
             and f"checkpoint: {tmp_path}/checkpoints/step-3" in text)
-    assert "eval reward" not in text
+    assert "eval reward" not in text and f"evaluate it: vf-rl eval {tmp_path}" in text
 
 
 def test_a_run_with_no_step_still_ends_in_one_readable_block(tmp_path):

@@ -474,6 +474,56 @@ def plot(
         typer.echo(f"wrote {path}")
 
 
+StepOption = Annotated[Optional[int], typer.Option(
+    "--step", help="The policy after this many steps \\[default: the newest the run keeps].")]
+
+
+@app.command("eval")
+def eval_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (has config.toml).")],
+    step: StepOption = None,
+) -> None:
+    """Evaluate a run's policy on its eval split as training did (its environment, args, sampling and seeds), on a
+    vf-vllm of its own; results in RUN_DIR/evals/step-N/."""
+    from vfrl.launcher.evaluate import evaluate_policy
+    from vfrl.launcher.run_policy import NoPolicy, find_policy
+
+    try:
+        policy = find_policy(run_dir, step)
+    except NoPolicy as e:
+        fail(str(e))
+    stats = evaluate_policy(run_dir, policy, say=typer.echo)
+    if "eval/reward_mean" not in stats:
+        fail(f"vf-rl eval: no eval rollout finished ({RunDir(run_dir).log('inference').parent.parent}/evals/"
+             f"step-{policy.step}/logs/inference.log has the server's side)", 1)
+    typer.echo(f"eval reward (step {policy.step})  {stats['eval/reward_mean']:.3f}  "
+               f"({int(stats['eval/num_rollouts'])} rollouts; {run_dir}/evals/step-{policy.step}/results.json)")
+
+
+@app.command("export")
+def export_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (has config.toml).")],
+    step: StepOption = None,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", "-o", help="The folder to write \\[default: RUN_DIR/export/step-N].")] = None,
+    adapter_only: Annotated[bool, typer.Option(
+        "--adapter-only", help="Copy the LoRA adapter as it is instead of merging it into the base model.")] = False,
+) -> None:
+    """Write a run's policy as a Hugging Face model folder (the LoRA adapter merged into the base model), which
+    transformers loads and vLLM serves as it is."""
+    from vfrl.launcher.export import export_policy
+    from vfrl.launcher.run_policy import NoPolicy, find_policy
+
+    try:
+        policy = find_policy(run_dir, step)
+    except NoPolicy as e:
+        fail(str(e))
+    out = out or run_dir / "export" / f"step-{policy.step}{'-adapter' if adapter_only and policy.adapter else ''}"
+    export_policy(run_dir, policy, out, adapter_only)
+    kind = "the LoRA adapter" if adapter_only and policy.adapter else "a Hugging Face model folder"
+    typer.echo(f"wrote {out}: step {policy.step} as {kind}")
+
+
 def wait_for_trainer(srv, session_name: str, run_dir: Path) -> int:
     """Stream the trainer log until it exits; then stop the run (the `vf-rl stop` path) and return its code."""
     paths = RunDir(run_dir)

@@ -5,7 +5,8 @@ where the trained policy is, and the commands that plot or evaluate it.
       reward (mean of the first and last 5 steps)  0.287 -> 0.859  (+0.572)
       eval reward (step 0 -> step 50)  0.240 -> 0.840  (+0.600)
       policy: outputs/smollm2/adapters/policy-50 (a peft LoRA adapter of ./models/smollm2-135m-instruct)
-      evaluate it: vllm serve ./models/smollm2-135m-instruct --enable-lora --lora-modules policy=..., then vf-eval ...
+      evaluate it: vf-rl eval outputs/smollm2  (its eval split, as training ran it; --step N for another)
+      export it: vf-rl export outputs/smollm2  (a Hugging Face folder, the adapter merged)
       curves: vf-rl plot outputs/smollm2
 
 The time is from launch (vf-rl writes the run's config.toml then) when the caller gives it.
@@ -66,11 +67,11 @@ def summary(run_dir: Path, model: str, env_id: str, seconds: float | None = None
     checkpoint = latest_checkpoint(rd.checkpoints)  # complete ones only
     if adapter is not None:
         lines.append(f"  policy: {adapter} (a peft LoRA adapter of {model})")
-        lines.append(f"  evaluate it: vllm serve {model} --enable-lora --lora-modules policy={adapter}, then "
-                     f"vf-eval {env_id} -m policy")
     elif weights is not None:
         lines.append(f"  policy: {weights} (full weights, a Hugging Face folder)")
-        lines.append(f"  evaluate it: vllm serve {weights}, then vf-eval {env_id}")
+    if adapter is not None or weights is not None:
+        lines.append(f"  evaluate it: vf-rl eval {run_dir}  (its eval split, as training ran it; --step N for another)")
+        lines.append(f"  export it: vf-rl export {run_dir}  (a Hugging Face folder, the adapter merged)")
     if checkpoint is not None:
         lines.append(f"  checkpoint: {checkpoint}")
     lines.append(f"  curves: vf-rl plot {run_dir}")
