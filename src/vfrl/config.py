@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from vfrl.inference.endpoints import client_host
 from vfrl.inference.lora_ranks import VLLM_LORA_RANKS
 from vfrl.sections import (
-    BatchSection, CheckpointSection, EvalSection, GenerationSection, LoraSection, LossSection, OptimizerSection,
-    SamplingSection, section,
+    BatchSection, CheckpointSection, EvalSection, GenerationSection, LearnerSection, LoraSection, LossSection,
+    OptimizerSection, PipelineSection, RunLogSection, SamplingSection, section,
 )
 
 
@@ -154,7 +154,8 @@ class TrainerArgs(Strict):
     micro_batch_size: int = Field(8, ge=1)
     batch_size: int = Field(64, ge=1)
     max_steps: int = Field(100, ge=1)
-    max_prompt_len: int = Field(512, ge=1)
+    max_prompt_len: int = Field(512, ge=1, description="Accepted as verifiers' vf-rl configs write it; vfrl "
+                                "cuts no prompt by it: max_seq_len bounds prompt and completion together.")
     max_seq_len: int = Field(1024, ge=2)
     max_tokens: int = Field(256, ge=1)
     # sampling
@@ -338,6 +339,18 @@ class TrainerArgs(Strict):
     @property
     def checkpointing(self) -> CheckpointSection:
         return section(CheckpointSection, self)
+
+    @property
+    def learner(self) -> LearnerSection:
+        return section(LearnerSection, self)
+
+    @property
+    def pipeline(self) -> PipelineSection:
+        return section(PipelineSection, self)
+
+    @property
+    def run_log(self) -> RunLogSection:
+        return section(RunLogSection, self)
 
 
 ACCELERATE_CONFIGS = ("single_gpu", "ddp", "zero3", "fsdp")  # bundled: configs/accelerate/<name>.yaml

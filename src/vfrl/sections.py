@@ -2,8 +2,9 @@
 
 Users write one flat table with the seed's keys (`learning_rate`, `beta`, `max_tokens`, ...), so configs copy
 between vfrl, verifiers' vf-rl and TRL. Inside, each part is handed only its section (`args.loss`,
-`args.sampling`, ...): compute_loss sees the loss's six settings, not the 65 of the run. A section keeps the
-keys' names, so a reader greps one name from the TOML file to the code that reads it.
+`args.sampling`, ...): compute_loss sees the loss's settings, not all of the run's. A section keeps the keys'
+names, so a reader greps one name from the TOML file to the code that reads it. Every key of `[trainer.args]` is
+in a section (tests/test_sections.py), so none can be added and forgotten.
 """
 
 from __future__ import annotations
@@ -125,3 +126,39 @@ class CheckpointSection:
     save_steps: int
     keep_last: int | None
     resume_from: str | None
+
+
+@dataclass(frozen=True)
+class LearnerSection:
+    """How the learner runs a step on its device (learner/learner.py, policy.py, logprobs.py): the sampling
+    temperature its logprobs divide by is the one vLLM sampled with (SamplingSection's)."""
+    seed: int
+    bf16: bool
+    micro_batch_size: int
+    gradient_checkpointing: bool
+    use_liger_kernel: bool
+    num_iterations: int
+    logprob_chunk_size: int
+    temperature: float
+
+
+@dataclass(frozen=True)
+class PipelineSection:
+    """How policies reach vLLM and how far ahead batches are sampled (trainer/trainer.py, rollouts/weight_sync.py,
+    trainer/inference_watch.py)."""
+    num_batches_ahead: int
+    lora_sync: str
+    inference_timeout: float
+
+
+@dataclass(frozen=True)
+class RunLogSection:
+    """What a run writes as it goes and where (trainer/run_log.py, console.py, wandb_sink.py, mismatch.py)."""
+    run_name: str
+    output_dir: str
+    report_to: str
+    logging_steps: int
+    log_completions: bool
+    num_completions_to_print: int
+    mismatch_kl_warn: float
+    mismatch_kl_jump: float
