@@ -358,7 +358,7 @@ def fake_batch(trainer, seed: int):
     from vfrl.rollout_types import Batch, Rollout
     from vfrl.learner.logprobs import sequence_logprobs
 
-    a = trainer.args
+    a = trainer.config.args
     completion, prompt = a.max_tokens, a.max_seq_len - a.max_tokens
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, len(trainer.tokenizer), (a.batch_size, prompt + completion), generator=g)
@@ -405,7 +405,7 @@ def train_steps(ctx: Context, trainer, steps: int) -> dict:
     """A warm-up step (AdamW makes its states), then `steps` timed steps on fresh batches; peak memory of those."""
     from vfrl.launcher.memory import model_shape, trainer_need
 
-    a = trainer.args
+    a = trainer.config.args
     # kept on the CPU: a copy on the GPU counted in the peak (1.84 GiB of full fine-tuning's 36.2 on the H100)
     trainable = trainable_copy(trainer)
     weights_only = ctx.reset_peak()

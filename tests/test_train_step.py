@@ -47,7 +47,7 @@ def fake_batch(trainer: Learner, seed: int = 0, truncated=(), env_tokens: bool =
                 mask = mask[:3] + [0, 0, 0] + mask[3:]
             ids = torch.tensor([prompt_ids + completion])
             with torch.no_grad():
-                lp = sequence_logprobs(trainer.model, ids, torch.ones_like(ids), trainer.args.temperature)
+                lp = sequence_logprobs(trainer.model, ids, torch.ones_like(ids), trainer.run.temperature)
             logprobs = [v if m else 0.0 for v, m in zip(lp[0, len(prompt_ids) - 1 :].tolist(), mask)]
             reward = rewards[i] if rewards is not None else rng.random()
             rollouts.append(Rollout(example_id=g, prompt=[{"role": "user", "content": question}], completion=[],
@@ -333,7 +333,7 @@ def test_micro_batches_go_by_length_without_padding_columns_and_keep_the_gradien
     whole = make_learner(tiny_model, tmp_path / "whole", micro_batch_size=GROUP * GROUPS)
     split = make_learner(tiny_model, tmp_path / "split", micro_batch_size=2)
     batch = fake_batch(whole)
-    tb, _ = make_train_batch(batch.rollouts, split.args.batch, split.pad_id)
+    tb, _ = make_train_batch(batch.rollouts, split.shape, split.pad_id)
     parts = tb.micro_batches(2)
     lengths = [p.attention_mask.sum(1).tolist() for p in parts]
     assert [len(x) for x in lengths] == [2, 2, 2, 2] and sum(lengths, []) == sorted(tb.attention_mask.sum(1).tolist())

@@ -30,12 +30,13 @@ class Learner:
     def __init__(self, config: RLConfig):
         from transformers import AutoTokenizer
 
-        self.config, self.args = config, config.args
-        a = self.args
-        torch.manual_seed(a.seed)
-        self.accelerator = make_accelerator(a.bf16)
+        a = config.args  # the sections this part reads (sections.py), each taken once
+        self.config, self.run, self.loss, self.shape = config, a.learner, a.loss, a.batch
+        self.max_grad_norm = a.optimizer.max_grad_norm
+        torch.manual_seed(self.run.seed)
+        self.accelerator = make_accelerator(self.run.bf16)
         self.ranks = Ranks(self.accelerator.device)
-        micro_batches = -(-a.batch_size // a.micro_batch_size)
+        micro_batches = -(-self.shape.batch_size // self.run.micro_batch_size)
         if micro_batches % self.ranks.world_size:
             raise ValueError(f"trainer.args.batch_size / micro_batch_size = {micro_batches} micro-batches cannot be "
                              f"shared by {self.ranks.world_size} trainer processes; make it a multiple")
@@ -45,8 +46,8 @@ class Learner:
         self.model, self.optimizer, self.scheduler = prepare_training(self.accelerator, load_policy(config),
                                                                       a.optimizer)
         # the KL penalty's reference policy (beta > 0): see reference.py
-        self.reference = (ReferencePolicy(self.model, config.model, a.use_lora, compute_dtype(a.bf16))
-                          if a.beta > 0 else None)
+        self.reference = (ReferencePolicy(self.model, config.model, a.lora.use_lora, compute_dtype(self.run.bf16))
+                          if self.loss.beta > 0 else None)
         self.sampler_check = SamplerCheck(self.policy)
         # what an emergency checkpoint may save: optimizer steps done, and whether one is half done
         self.steps_done, self.in_step = 0, False
@@ -90,10 +91,10 @@ class Learner:
         mean over ranks of world_size * grad_r = sum over ranks of grad_r = the one-process gradient. The DDP
         all-reduce runs on each rank's last micro-batch only (no_sync before), once per optimizer update.
         """
-        a = self.args
+        run = self.run
         self.in_step = True
         # with whole-batch loss weights
-        tb, rewards = make_train_batch(batch.rollouts, a.batch, self.pad_id, batch.sizes())
+        tb, rewards = make_train_batch(batch.rollouts, self.shape, self.pad_id, batch.sizes())
         micro = self.my_micro_batches(tb)
         sums = dict.fromkeys(["loss", "grad_norm", "low", "high", "entropy", "mismatch_kl", "kl", "sampled",
                               "sampler_kl", "sampler_tokens", "is_weight", "is_masked"], 0.0)
@@ -102,12 +103,12 @@ class Learner:
             with self.accelerator.autocast():
                 checked = self.sampler_check.measure(mb.input_ids, mb.attention_mask,
                                                      mb.sampled_mask & (mb.loss_mask > 0), mb.sampling_logprobs,
-                                                     batch.policy_version, self.steps_done, a.temperature)
+                                                     batch.policy_version, self.steps_done, run.temperature)
             if checked is not None:
                 sums["sampler_kl"], sums["sampler_tokens"] = checked
         self.sampler_check.keep(self.steps_done)
         self.model.train()
-        for it in range(a.num_iterations):
+        for it in range(run.num_iterations):
             self.optimizer.zero_grad(set_to_none=True)
             for mb, packed in micro:
                 synced = mb is micro[-1][0]  # DDP all-reduces the gradients in this backward
@@ -115,7 +116,7 @@ class Learner:
                     metrics = self.micro_step(mb, packed, it == 0, synced and self.ranks.world_size > 1)
                     for key, value in metrics.items():
                         sums[key] += value
-            sums["grad_norm"] += float(self.accelerator.clip_grad_norm_(self.model.parameters(), a.max_grad_norm))
+            sums["grad_norm"] += float(self.accelerator.clip_grad_norm_(self.model.parameters(), self.max_grad_norm))
             self.optimizer.step()
         self.scheduler.step()
         self.steps_done, self.in_step = self.steps_done + 1, False
@@ -127,7 +128,7 @@ class Learner:
     def my_micro_batches(self, tb: TrainBatch) -> list[tuple[TrainBatch, Packed | None]]:
         """This rank's micro-batches on the device, each without its padding columns and laid out as the model
         forwards it (shared_prefix.py: rows that start alike together where the model forwards them packed)."""
-        parts = tb.micro_batches(self.args.micro_batch_size, by_prefix=packs(self.model))
+        parts = tb.micro_batches(self.run.micro_batch_size, by_prefix=packs(self.model))
         micro, device = [], self.accelerator.device
         for k in self.ranks.mine(len(parts)):  # all, with one process
             # the layout from the CPU tensors: reading a GPU's would wait for the previous micro-batch's backward,
@@ -140,22 +141,22 @@ class Learner:
         """Forward and backward of one micro-batch (on the device), laid out as `packed` says; returns its metric
         sums. The step's first iteration also fixes mb's old and reference logprobs. `must_backward`: this
         backward is the one DDP all-reduces in, so it runs even without loss tokens (every rank must join)."""
-        a = self.args
+        run = self.run
         # lm_head's chunks (and the reference) run outside the model's forward: under the same autocast as it
         with self.accelerator.autocast():
             logprobs, entropy = sequence_logprobs_and_entropy(self.model, mb.input_ids, mb.attention_mask,
-                                                              a.temperature, mb.loss_mask > 0, a.logprob_chunk_size,
+                                                              run.temperature, mb.loss_mask > 0, run.logprob_chunk_size,
                                                               with_entropy=first, packed=packed)
             sums = self.fix_old_policy(mb, packed, logprobs.detach(), entropy) if first else {}
         out = compute_loss(LossInputs(logprobs, mb.old_logprobs, mb.ref_logprobs, mb.advantages, mb.loss_mask,
-                                      mb.loss_weights, mb.is_weights), a.loss)
+                                      mb.loss_weights, mb.is_weights), self.loss)
         if first and out.kl is not None:
             sums["kl"] = float(out.kl)
         backward = out.loss * self.ranks.world_size  # DDP averages over ranks; see train_step
         if not out.loss.requires_grad and must_backward:  # no loss tokens, so no forward ran: a zero-gradient one
             with self.accelerator.autocast():
-                full, _ = sequence_logprobs_and_entropy(self.model, mb.input_ids, mb.attention_mask, a.temperature,
-                                                        None, a.logprob_chunk_size, with_entropy=False, packed=packed)
+                full, _ = sequence_logprobs_and_entropy(self.model, mb.input_ids, mb.attention_mask, run.temperature,
+                                                        None, run.logprob_chunk_size, with_entropy=False, packed=packed)
             backward = 0.0 * full.sum()
         if backward.requires_grad:  # a micro-batch without loss tokens has nothing to backpropagate
             self.accelerator.backward(backward)
@@ -165,7 +166,7 @@ class Learner:
                        entropy: torch.Tensor) -> dict[str, float]:
         """Before the first update: pi_old (see train_step) and pi_ref of micro-batch `mb`, and the sums of what
         describes the policy before this step (entropy, mismatch with vLLM, sampled tokens). `logprobs`: (B, T)."""
-        a, loss = self.args, self.args.loss
+        run, loss = self.run, self.loss
         sampled = mb.sampled_mask & (mb.loss_mask > 0)  # (B, T)
         sums = {"entropy": float((entropy * mb.loss_mask).sum()),
                 "mismatch_kl": float((mismatch_kl(logprobs, mb.sampling_logprobs) * sampled).sum()),
@@ -179,14 +180,13 @@ class Learner:
         else:
             mb.old_logprobs = torch.where(sampled, mb.sampling_logprobs, logprobs)
         if self.reference is not None:
-            mb.ref_logprobs = self.reference.logprobs(mb.input_ids, mb.attention_mask, a.temperature,
-                                                      mb.loss_mask > 0, a.logprob_chunk_size, packed)
+            mb.ref_logprobs = self.reference.logprobs(mb.input_ids, mb.attention_mask, run.temperature,
+                                                      mb.loss_mask > 0, run.logprob_chunk_size, packed)
         return sums
 
     def update_metrics(self, sums: dict[str, float], loss_tokens: int) -> dict[str, float]:
         """The step's metrics from train_step's batch sums: means per loss token, per sampled token, per iteration."""
-        a = self.args
-        n_tok, n_it = max(loss_tokens, 1), a.num_iterations
+        n_tok, n_it = max(loss_tokens, 1), self.run.num_iterations
         return {
             "loss": sums["loss"] / n_it,
             "grad_norm": sums["grad_norm"] / n_it,
@@ -196,10 +196,10 @@ class Learner:
             "clip_fraction_low": sums["low"] / (n_tok * n_it),
             "clip_fraction_high": sums["high"] / (n_tok * n_it),
             "masked_fraction": (sums["low"] + sums["high"]) / (n_tok * n_it),  # loss tokens a ratio bound took out
-            **({"kl": sums["kl"] / n_tok} if a.beta > 0 else {}),
+            **({"kl": sums["kl"] / n_tok} if self.loss.beta > 0 else {}),
             **({"importance_sampling_ratio": sums["is_weight"] / max(sums["sampled"], 1),  # after its cap
                 "importance_sampling_masked_fraction": sums["is_masked"] / max(sums["sampled"], 1)}
-               if a.vllm_importance_sampling_correction else {}),
+               if self.loss.vllm_importance_sampling_correction else {}),
             **({"sampler_mismatch_kl": sums["sampler_kl"] / sums["sampler_tokens"]} if sums["sampler_tokens"] else {}),
         }
 
