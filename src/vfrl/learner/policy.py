@@ -40,7 +40,7 @@ def load_policy(config: RLConfig) -> torch.nn.Module:
     """The base model, wrapped in a fresh LoRA adapter when use_lora (else every parameter trains)."""
     from transformers import AutoModelForCausalLM
 
-    args, lora = config.args, config.args.lora
+    args, lora = config.args.learner, config.args.lora
     # bf16 computes in bf16, but what trains keeps fp32 weights: a bf16 weight drops every AdamW update under half
     # its rounding step (at 1.0 that step is 0.0078), so full fine-tuning loads fp32 and accelerate's mixed
     # precision runs the forward and backward in bf16. LoRA: the frozen base in bf16, peft's adapter in fp32.

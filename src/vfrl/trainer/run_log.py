@@ -27,22 +27,23 @@ from vfrl.trainer.wandb_sink import NoWandb, WandbSink
 class RunLog:
     def __init__(self, paths: RunDir, args: TrainerArgs, console: TrainerConsole, config: dict | None):
         """`config`: the run's config, for the tracker `report_to` names (rank 0); None for none (other ranks)."""
-        self.paths, self.args, self.console = paths, args, console
-        self.mismatch = MismatchWatch(args.mismatch_kl_warn, args.mismatch_kl_jump)
+        self.paths, self.console = paths, console
+        self.log, self.max_steps = args.run_log, args.max_steps  # its section (sections.py), and the run's length
+        self.mismatch = MismatchWatch(self.log.mismatch_kl_warn, self.log.mismatch_kl_jump)
         # a tracker's package is imported only here: report_to = "none" needs neither it nor an account
-        if config is None or args.report_to == "none":
+        if config is None or self.log.report_to == "none":
             self.tracker = NoWandb()
-        elif args.report_to == "tensorboard":
+        elif self.log.report_to == "tensorboard":
             from vfrl.trainer.tensorboard_sink import TensorboardSink
 
             self.tracker = TensorboardSink(paths.tensorboard)
         else:
-            self.tracker = WandbSink(paths.path, args.run_name, config)
+            self.tracker = WandbSink(paths.path, self.log.run_name, config)
         self.rollout_files_lost = 0
 
     def step(self, step: int, record: dict, batch: Batch) -> None:
         """Training step `step`'s line (step_record), its rollouts, and what the console and the tracker show of it."""
-        a = self.args
+        a = self.log
         # the same-policy figure where the trainer measured it: mismatch_kl also holds one step of policy change
         alert = self.mismatch.check(record.get("sampler_mismatch_kl", record.get("mismatch_kl", 0.0)))
         record["mismatch_kl_alert"] = int(alert is not None)
@@ -65,7 +66,7 @@ class RunLog:
             self.tracker.alert(f"mismatch_kl at step {step}", alert)
 
     def eval(self, version: int, stats: dict, rollouts: list) -> None:
-        record = {"step": version, "max_steps": self.args.max_steps, **stats}
+        record = {"step": version, "max_steps": self.max_steps, **stats}
         self.write_rollouts(self.paths.eval_rollouts(version), rollouts)
         append_jsonl(self.paths.metrics, record)
         self.tracker.log(record)
