@@ -18,7 +18,7 @@ from vfrl.inference.endpoints import client_host
 from vfrl.inference.lora_ranks import VLLM_LORA_RANKS
 from vfrl.sections import (
     BatchSection, CheckpointSection, EvalSection, GenerationSection, LearnerSection, LoraSection, LossSection,
-    OptimizerSection, PipelineSection, RunLogSection, SamplingSection, section,
+    LoopSection, OptimizerSection, RunLogSection, SamplingSection, section,
 )
 
 
@@ -345,8 +345,8 @@ class TrainerArgs(Strict):
         return section(LearnerSection, self)
 
     @property
-    def pipeline(self) -> PipelineSection:
-        return section(PipelineSection, self)
+    def loop(self) -> LoopSection:
+        return section(LoopSection, self)
 
     @property
     def run_log(self) -> RunLogSection:

@@ -143,9 +143,10 @@ class LearnerSection:
 
 
 @dataclass(frozen=True)
-class PipelineSection:
-    """How policies reach vLLM and how far ahead batches are sampled (trainer/trainer.py, rollouts/weight_sync.py,
-    trainer/inference_watch.py)."""
+class LoopSection:
+    """The training loop's: how many steps, how far ahead of training batches are sampled, how policies reach vLLM
+    and how long a silent server is waited for (trainer/trainer.py, rollouts/weight_sync.py, inference_watch.py)."""
+    max_steps: int
     num_batches_ahead: int
     lora_sync: str
     inference_timeout: float

@@ -85,13 +85,13 @@ class RunLog:
                                   "metrics.jsonl counts them)")
 
 
-def step_record(step: int, batch: Batch, stats: dict, model_name: str | None, times: dict, args: TrainerArgs,
+def step_record(step: int, batch: Batch, stats: dict, model_name: str | None, times: dict, max_steps: int,
                 resumed_from: int | None = None) -> dict:
     """metrics.jsonl's line for training step `step` (0-based): the step's stats, which policy sampled the batch
     and which trained on it, and where the time went. `model_name`: None when the push of its policy failed."""
     train_s = times["train_end"] - times["train_start"]
     record = {
-        "step": step + 1, "max_steps": args.max_steps, **stats,
+        "step": step + 1, "max_steps": max_steps, **stats,
         "policy_version": batch.policy_version, "trained_version": step, "adapter_loaded": model_name,
         "gen_start": batch.gen_start, "gen_end": batch.gen_end, "generate_s": batch.gen_end - batch.gen_start,
         "load_s": batch.load_s,  # vLLM's load of the policy that sampled it, beside the step before

@@ -60,16 +60,18 @@ class RLTrainer:
         self.ranks = self.learner.ranks
         self.env = trainable(env if env is not None else load_configured_environment(
             config.env.id, config.env.args, config.env.renderer, config.env.workers, config.env.sandbox))
-        a = self.args  # a verifiers taskset without end: read only the rows this run can use
-        self.env.limit_tasks(a.max_steps * (a.batch_size // a.rollouts_per_example) + a.num_eval_examples)
+        # a verifiers taskset without end: read only the rows this run can use
+        gen = self.args.generation
+        self.env.limit_tasks(self.args.loop.max_steps * (gen.batch_size // gen.rollouts_per_example)
+                             + gen.evaluation.num_eval_examples)
         if self.ranks.is_main:
             paths.rollouts.mkdir(parents=True, exist_ok=True)
         self.sync = weight_sync_for(config, paths, base_url, api_key)
         self.console = TrainerConsole()
         self.log_file = paths.log("trainer")
         self.start_step, self.pending_batches = 0, []
-        if self.args.resume_from:
-            self.start_step, self.pending_batches = self.resume(Path(self.args.resume_from))
+        if resume_from := self.args.checkpointing.resume_from:
+            self.start_step, self.pending_batches = self.resume(Path(resume_from))
         # the server process to watch beside /health: vf-vllm's, none for a server vf-rl did not start or one on
         # another node (a base URL other than its own server's: a Slurm job's inference node)
         own = not config.inference.base_url and base_url == config.inference.url
@@ -86,7 +88,7 @@ class RLTrainer:
         if not self.ranks.is_main:  # the data position and pending batches matter on rank 0, which generates
             return state.step, []
         # a checkpoint of a run further off-policy: what this one's num_batches_ahead allows, the rest regenerated
-        k = self.args.num_batches_ahead
+        k = self.args.loop.num_batches_ahead
         within = [state.step + i - b.policy_version <= k for i, b in enumerate(pending)]
         pending = pending[:within.index(False)] if False in within else pending
         now = self.training_state(state.step)
@@ -105,8 +107,8 @@ class RLTrainer:
         return state.step, pending
 
     def training_state(self, step: int) -> TrainingState:
-        a = self.args
-        return TrainingState(step=step, seed=a.seed, examples_per_step=a.batch_size // a.rollouts_per_example,
+        gen = self.args.generation
+        return TrainingState(step=step, seed=gen.seed, examples_per_step=gen.batch_size // gen.rollouts_per_example,
                              dataset_size=len(self.env.dataset))
 
     def save_due(self, step: int) -> bool:
@@ -118,7 +120,8 @@ class RLTrainer:
         """Checkpoint after `step` optimizer steps (with the batches already sampled for the steps after it by
         older policies), on every rank (Learner.save). Returns the seconds it took."""
         t0 = time.perf_counter()
-        path = self.learner.save(self.paths.checkpoints, self.training_state(step), pending, self.args.keep_last)
+        path = self.learner.save(self.paths.checkpoints, self.training_state(step), pending,
+                                 self.args.checkpointing.keep_last)
         if path is not None:
             self.console.info(f"saved checkpoint {path}")
         return time.perf_counter() - t0
@@ -210,14 +213,15 @@ class RLTrainer:
         from openai import AsyncOpenAI
 
         sent = SentRequests()
-        client = AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, timeout=self.args.generation_timeout,
+        gen = self.args.generation
+        client = AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, timeout=gen.generation_timeout,
                              max_retries=2, http_client=sent.client())
-        orchestrator = Orchestrator(self.env, client, self.args.generation)
+        orchestrator = Orchestrator(self.env, client, gen)
         self.pipeline = Pipeline(self.sync, torch_thread, orchestrator, sent)
         seen = len(restarts(self.inference_pid_file))
         loop = asyncio.create_task(self._train(self.pipeline, self.start_step, self.pending_batches))
         watch = asyncio.create_task(watch_inference(self.base_url, self.inference_pid_file,
-                                                    self.args.inference_timeout))
+                                                    self.args.loop.inference_timeout))
         try:
             await asyncio.wait({loop, watch}, return_when=asyncio.FIRST_COMPLETED)
             while loop.done() and not loop.cancelled() and loop.exception() and await self.heal(loop.exception(), seen):
@@ -241,7 +245,8 @@ class RLTrainer:
     async def _train(self, pipe: Pipeline, start: int, pending: list[Batch]) -> None:
         """Train steps `start`.. (a resume's or a heal's: the steps done) on `pending` (batches sampled already)
         and the batches it generates."""
-        a, learner, torch_thread, k = self.args, self.learner, pipe.torch_thread, self.args.num_batches_ahead
+        a, learner, torch_thread = self.args.loop, self.learner, pipe.torch_thread
+        k, evaluation_due = a.num_batches_ahead, self.args.evaluation
         version = start  # policy version == optimizer steps done; 0 is the base model
         await pipe.push(learner.policy, version)  # resumed: the checkpoint's
         # the batches of the steps to come, sampled or being sampled, in step order: k of them ahead of training
@@ -249,7 +254,7 @@ class RLTrainer:
         for later in range(start + len(ahead), min(start + k, a.max_steps)):
             ahead.append(pipe.generate(later, version))
         # eval of policy v runs in the background while step v+1 trains; it ends before policy v+1 is pushed
-        evaluation = pipe.start_eval(0) if start == 0 and is_eval_step(a.evaluation, 0) else None
+        evaluation = pipe.start_eval(0) if start == 0 and is_eval_step(evaluation_due, 0) else None
         for step in range(start, a.max_steps):
             if not ahead:  # num_batches_ahead = 0: this step's batch, from the policy just pushed
                 ahead.append(pipe.generate(step, version))
@@ -282,14 +287,14 @@ class RLTrainer:
                 with contextlib.suppress(Exception):
                     self.run_log.step(step + 1, self.record(step, batch, stats, None, times), batch)
                 raise
-            if is_eval_step(a.evaluation, version):
+            if is_eval_step(evaluation_due, version):
                 evaluation = pipe.start_eval(version)
             times |= {"sync_s": sync_s, "step_s": time.time() - t_step}
             self.run_log.step(step + 1, self.record(step, batch, stats, self.sync.name_of(version), times), batch)
         await pipe.loading  # the last policy is served when the run ends (eval, GRPOTrainer.evaluate)
         if evaluation is not None:
             self.run_log.eval(evaluation[0], *await evaluation[1])
-        if a.save_strategy == "steps" and a.max_steps > start:
+        if self.args.checkpointing.save_strategy == "steps" and a.max_steps > start:
             await torch_thread.run(self.save, a.max_steps, [])
         self.run_log.tracker.finish()
 
@@ -320,15 +325,15 @@ class RLTrainer:
     def _follow(self) -> None:
         """Ranks > 0: rank 0's loop without vLLM and without writing: receive the batch, train, wait for the sync.
         Each collective here has its twin, in the same order, in _train."""
-        a = self.args
-        for step in range(self.start_step, a.max_steps):
+        max_steps = self.args.loop.max_steps
+        for step in range(self.start_step, max_steps):
             batch = self.ranks.share(None)
             if self.save_due(step):
                 self.save(step, [])
             self.learner.train_step(batch)
             self.ranks.barrier()  # rank 0 pushes policy step+1 into vLLM meanwhile
-        if a.save_strategy == "steps" and a.max_steps > self.start_step:
-            self.save(a.max_steps, [])
+        if self.args.checkpointing.save_strategy == "steps" and max_steps > self.start_step:
+            self.save(max_steps, [])
 
     async def train_step(self, torch_thread: TorchThread, step: int, batch: Batch, times: dict) -> tuple[dict, dict]:
         """Learner.train_step on `batch` in the torch thread: its stats, and `times` with the step's bounds. Cancelled
@@ -350,7 +355,8 @@ class RLTrainer:
     def record(self, step: int, batch: Batch, stats: dict, model_name: str | None, times: dict) -> dict:
         """metrics.jsonl's line for training step `step` (run_log.step_record)."""
         resumed = self.start_step if step == self.start_step and self.start_step > 0 else None
-        record = step_record(step, batch, stats, model_name, times, self.args, resumed) | self.restart_note
+        record = step_record(step, batch, stats, model_name, times, self.args.loop.max_steps, resumed)
+        record |= self.restart_note
         self.restart_note = {}
         return record
 
