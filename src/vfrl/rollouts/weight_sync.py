@@ -249,9 +249,9 @@ def weight_sync_for(config: RLConfig, paths: RunDir, base_url: str, api_key: str
     (use_lora = false, or LoRA merged into them: lora_sync = "merged")."""
     if config.serves_adapters:
         paths.adapters.mkdir(parents=True, exist_ok=True)
-        return AdapterSync(base_url, api_key, paths.adapters, keep=adapters_served(config.args.num_batches_ahead))
+        return AdapterSync(base_url, api_key, paths.adapters, keep=adapters_served(config.args.loop.num_batches_ahead))
     paths.weights.mkdir(parents=True, exist_ok=True)
-    if config.args.use_lora:
+    if config.args.lora.use_lora:
         paths.adapters.mkdir(parents=True, exist_ok=True)
         return MergedLoraSync(base_url, api_key, paths.weights, paths.adapters, served_name=config.model)
     return FullWeightSync(base_url, api_key, paths.weights, served_name=config.model)
