@@ -492,10 +492,18 @@ def eval_cmd(
         policy = find_policy(run_dir, step)
     except NoPolicy as e:
         fail(str(e))
-    stats = evaluate_policy(run_dir, policy, say=typer.echo)
+    from vfrl.envs.loader import EnvironmentLoadError
+    from vfrl.trainer.inference_watch import InferenceLost
+
+    try:
+        stats = evaluate_policy(run_dir, policy, say=typer.echo)
+    except InferenceLost as e:
+        fail(f"vf-rl eval: {e} (see {run_dir}/evals/step-{policy.step}/logs/inference.log)", 1)
+    except EnvironmentLoadError as e:
+        fail(f"vf-rl eval: {e}", 1)
     if "eval/reward_mean" not in stats:
-        fail(f"vf-rl eval: no eval rollout finished ({RunDir(run_dir).log('inference').parent.parent}/evals/"
-             f"step-{policy.step}/logs/inference.log has the server's side)", 1)
+        fail(f"vf-rl eval: no eval rollout finished (the server's side: {run_dir}/evals/step-{policy.step}/logs/"
+             "inference.log)", 1)
     typer.echo(f"eval reward (step {policy.step})  {stats['eval/reward_mean']:.3f}  "
                f"({int(stats['eval/num_rollouts'])} rollouts; {run_dir}/evals/step-{policy.step}/results.json)")
 
@@ -519,7 +527,10 @@ def export_cmd(
     except NoPolicy as e:
         fail(str(e))
     out = out or run_dir / "export" / f"step-{policy.step}{'-adapter' if adapter_only and policy.adapter else ''}"
-    export_policy(run_dir, policy, out, adapter_only)
+    try:
+        export_policy(run_dir, policy, out, adapter_only)
+    except OSError as e:  # the base model or the policy's files unreadable, the disk full: nothing half written
+        fail(f"vf-rl export: {type(e).__name__}: {e}", 1)
     kind = "the LoRA adapter" if adapter_only and policy.adapter else "a Hugging Face model folder"
     typer.echo(f"wrote {out}: step {policy.step} as {kind}")
 
