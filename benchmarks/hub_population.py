@@ -440,9 +440,13 @@ def classify(step: str, error: str, traceback_text: str, pkg: Package, stand_in:
         return SERVICE, where
     if "isinstance() arg 2 must be a type" in error:
         return VFRL, where  # vfrl's message helpers (vf.UserMessage, ...) are functions; verifiers' are classes
+    shaped = stand_in and any(error.startswith(t) or f"{t}:" in error for t in DATA_SHAPE)
+    if shaped and (raised_in := re.search(r"\(at ([\w./-]+\.py):\d+\)", error)) and "vfrl" not in raised_in[1]:
+        return SERVICE, where  # raised in the package's own code on the stand-in's rows, which vfrl's loader only
+        # words (DatasetBuildError, load_environment() raised ...): the last traceback is vfrl's wrapper
     if who == "vfrl":
         return VFRL, where
-    if stand_in and any(error.startswith(t) or f"{t}:" in error for t in DATA_SHAPE):
+    if shaped:
         return SERVICE, where  # its code reads structure the hub's rows have and "1" has not
     return OWN_BUG, where
 

@@ -518,3 +518,42 @@ def test_init_install_load_eval_a_fresh_package(tmp_path, shared_vllm_server):
     gone = subprocess.run([sys.executable, "-c", f"import vfrl; vfrl.load_environment('{name}')"],
                           capture_output=True, text=True, cwd=tmp_path)
     assert gone.returncode != 0 and "not installed" in gone.stderr
+
+
+EMPTY_AFTER_FILTER = """
+import vfrl as vf
+
+
+def load_environment(drop_every_row: bool = True):
+    def build():  # verifiers' `dataset=build_dataset`: built when first read
+        rows = [{"question": "q", "answer": "a", "image": "x"}]
+        return [r for r in rows if not (drop_every_row and r["image"])]
+
+    return vf.SingleTurnEnv(dataset=build)
+"""
+
+
+def test_eval_of_an_environment_with_no_rows_is_one_line_and_one_that_drops_every_rollout_too(tmp_path, monkeypatch):
+    """Found in the hub population (hle: its filter kept no row of the stand-in data): vf-eval crashed in its
+    summary (StatisticsError on no data). An empty split stops before the server is asked; a run whose every
+    rollout was dropped says so, with the first reason, and leaves no results file."""
+    import openai
+
+    from fake_openai import FakeOpenAI
+
+    (tmp_path / "empty_after_filter.py").write_text(EMPTY_AFTER_FILTER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    assert one_error_line(run_cli("vf-eval", "empty_after_filter", "-b", "http://127.0.0.1:9/v1"), "vf-eval") == (
+        "vf-eval: error: environment 'empty_after_filter' has no rows to evaluate: its train split is empty")
+
+    def refuse(prompt):
+        raise openai.BadRequestError("prompt too long", response=__import__("httpx").Response(
+            400, request=__import__("httpx").Request("POST", "http://x")), body=None)
+
+    monkeypatch.setattr(openai, "AsyncOpenAI", lambda **kw: FakeOpenAI(refuse))
+    done = run_cli("vf-eval", "empty_after_filter", "-a", '{"drop_every_row": false}', "-n", "1", "-r", "2",
+                   "-m", "m", "--token-ids", "on", "-o", "out")
+    line = one_error_line(done, "vf-eval")
+    assert line == "vf-eval: error: all 2 of 2 rollouts dropped: 2 rejected (HTTP 400: prompt too long)", line
+    assert not (tmp_path / "out" / "results.jsonl").exists()

@@ -321,6 +321,9 @@ def load_eval_environment(job: EvalJob):
     except DatasetBuildError as e:  # one line: the builder and its error (its data behind a network it cannot reach)
         fail(PROG, str(e))
     job.split = "eval" if env.eval_dataset is not None else "train"
+    if not len(data):  # e.g. a package whose own filter kept no row of its data
+        fail(PROG, f"environment '{job.env_id}' has no rows to evaluate: its {job.split} split is empty"
+                   + ("" if job.split == "train" else " (it has an eval split, and vf-eval reads that one)"))
     job.n = len(data) if job.opts["num_examples"] < 0 else min(job.opts["num_examples"], len(data))
     return env
 
