@@ -140,6 +140,7 @@ class MultiTurnEnv(Environment):
                                  sampling: dict[str, Any],
                                  record_tokens: bool = True) -> tuple[Rollout, dict[str, Any]]:
         text = self.message_type == "completion"  # the conversation is one str (see the module docstring)
+        sampling = {**self.sampling_args, **sampling}  # the environment's own settings, the run's winning; once
         prompt = self.prompt_of(row)
         prompt = prompt if text else as_messages(prompt)
         state = State({
@@ -147,8 +148,7 @@ class MultiTurnEnv(Environment):
             "info": info_dict(row.get("info")), "example_id": example_id, "turn": 0, "completion": "" if text else [],
             "truncated": False, "input": row, "trajectory": [],
             # as verifiers gives them, for a package's own calls to the policy (another seat of a game)
-            "client": client, "model": model, "sampling_args": sampling_request({**self.sampling_args, **sampling},
-                                                                                record_tokens),
+            "client": client, "model": model, "sampling_args": sampling_request(sampling, record_tokens),
         })
         info = state["info"]
         tool_defs = info["tool_defs"] if "tool_defs" in info else self.tool_defs
@@ -165,7 +165,6 @@ class MultiTurnEnv(Environment):
         example_id = state["example_id"]
         messages = prompt if text else as_messages(prompt)
         completion = state["completion"]
-        sampling = {**self.sampling_args, **sampling}
         # in a group (run_group), the first turn is this rollout's share of one request with n: the membership
         # comes beside the call, as this method's signature is the one Environment subclasses implement
         group = group_member()
