@@ -227,7 +227,7 @@ class GRPOTrainer:
 
         from vfrl.envs.loader import load_configured_environment
         from vfrl.run_dir import RunDir, append_jsonl
-        from vfrl.rollouts.evaluation import eval_example_ids
+        from vfrl.rollouts.evaluation import examples_to_evaluate
         from vfrl.trainer.inference_watch import InferenceLost
         from vfrl.rollouts.orchestrator import Orchestrator
         from vfrl.trainer.inference_watch import wait_for_server
@@ -245,17 +245,14 @@ class GRPOTrainer:
                              f"(see {plan.run_dir}/logs/inference.log)")
         env = self.env or load_configured_environment(cfg.env.id, cfg.env.args, cfg.env.renderer, cfg.env.workers,
                                                       cfg.env.sandbox)
-        ids, eval_split = eval_example_ids(env, cfg.args.evaluation)
-        if not ids:
-            n = len(env.dataset)
-            ids = list(range(max(0, n - cfg.args.num_eval_examples), n))
+        examples = examples_to_evaluate(env, cfg.args.evaluation)
         model = (self.trainer.pipeline.served if self.trainer is not None and self.trainer.pipeline is not None
                  else None) or cfg.model
 
         async def run() -> dict[str, float]:
             client = AsyncOpenAI(base_url=self.url, api_key=self.api_key, timeout=cfg.args.generation_timeout)
             try:
-                stats, _ = await Orchestrator(env, client, cfg.args.generation).evaluate(model, (ids, eval_split))
+                stats, _ = await Orchestrator(env, client, cfg.args.generation).evaluate(model, examples)
                 return stats
             finally:
                 await client.close()

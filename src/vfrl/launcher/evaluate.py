@@ -63,17 +63,14 @@ async def run_eval(cfg, url: str, api_key: str, model: str):
     from openai import AsyncOpenAI
 
     from vfrl.envs.loader import load_configured_environment
-    from vfrl.rollouts.evaluation import eval_example_ids
+    from vfrl.rollouts.evaluation import examples_to_evaluate
     from vfrl.rollouts.orchestrator import Orchestrator
 
     env = load_configured_environment(cfg.env.id, cfg.env.args, cfg.env.renderer, cfg.env.workers, cfg.env.sandbox)
-    ids, eval_split = eval_example_ids(env, cfg.args.evaluation)
-    if not ids:  # eval off in training: the last num_eval_examples rows (GRPOTrainer.evaluate's choice)
-        n = len(env.dataset)
-        ids = list(range(max(0, n - cfg.args.num_eval_examples), n))
+    examples = examples_to_evaluate(env, cfg.args.evaluation)
     client = AsyncOpenAI(base_url=url, api_key=api_key, timeout=cfg.args.generation_timeout)
     try:
-        return await Orchestrator(env, client, cfg.args.generation).evaluate(model, (ids, eval_split))
+        return await Orchestrator(env, client, cfg.args.generation).evaluate(model, examples)
     finally:
         await client.close()
         await env.aclose()

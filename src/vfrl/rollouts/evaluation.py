@@ -34,6 +34,17 @@ def eval_example_ids(env: Environment, ev: EvalSection) -> tuple[list[int], bool
     return list(range(n - k, n)), False
 
 
+def examples_to_evaluate(env: Environment, ev: EvalSection) -> tuple[list[int], bool]:
+    """eval_example_ids, or with eval off in training (nothing held out) the last num_eval_examples rows of the
+    dataset, which training also samples: what an eval asked for outside training runs (GRPOTrainer.evaluate,
+    vf-rl eval)."""
+    ids, eval_split = eval_example_ids(env, ev)
+    if not ids:
+        n = len(env.dataset)
+        ids = list(range(max(0, n - ev.num_eval_examples), n))
+    return ids, eval_split
+
+
 def is_eval_step(ev: EvalSection, step: int) -> bool:
     """Eval after optimizer step `step` (0 = the baseline before training)? Also always at the end."""
     if ev.eval_strategy == "no":
