@@ -134,6 +134,14 @@ class RunDir:
         return self.path / "tensorboard"
 
 
+def numbered(directory: Path, prefix: str) -> dict[int, Path]:
+    """The folders `directory/<prefix>N` (adapters/policy-N, weights/step-N), by N."""
+    if not directory.is_dir():
+        return {}
+    return {int(p.name.removeprefix(prefix)): p for p in directory.iterdir()
+            if p.is_dir() and p.name.startswith(prefix) and p.name.removeprefix(prefix).isdigit()}
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The records of a JSON-lines file (parse_jsonl)."""
     return parse_jsonl(path.read_text().splitlines())

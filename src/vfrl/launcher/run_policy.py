@@ -7,11 +7,11 @@ model/. Reads the run directory only; `vf-rl export` and `vf-rl eval` take what 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from vfrl.run_dir import RunDir
+from vfrl.learner.checkpoint import list_checkpoints, step_of
+from vfrl.run_dir import RunDir, numbered
 
 
 class NoPolicy(LookupError):
@@ -27,22 +27,11 @@ class Policy:
     adapter: bool
 
 
-def numbered(directory: Path, prefix: str) -> dict[int, Path]:
-    """`directory/<prefix>N` by N."""
-    if not directory.is_dir():
-        return {}
-    return {int(m.group(1)): p for p in directory.iterdir()
-            if (m := re.fullmatch(re.escape(prefix) + r"(\d+)", p.name)) and p.is_dir()}
-
-
 def policies(run_dir: Path) -> dict[int, Path]:
     """Every policy the run keeps, by step (an adapter or weights folder before a checkpoint's copy)."""
     rd = RunDir(run_dir)
-    found = {step: path / "model" for step, path in numbered(rd.checkpoints, "step-").items()
-             if (path / "COMPLETE").is_file() and (path / "model").is_dir()}
-    found |= numbered(rd.weights, "step-")
-    found |= numbered(rd.adapters, "policy-")
-    return found
+    found = {step_of(path): path / "model" for path in list_checkpoints(rd.checkpoints) if (path / "model").is_dir()}
+    return found | numbered(rd.weights, "step-") | numbered(rd.adapters, "policy-")
 
 
 def find_policy(run_dir: Path, step: int | None = None) -> Policy:

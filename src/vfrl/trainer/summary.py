@@ -17,18 +17,16 @@ for any run, finished or not.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from vfrl.run_dir import RunDir, read_jsonl
+from vfrl.run_dir import RunDir, numbered, read_jsonl
 from vfrl.learner.checkpoint import latest_checkpoint
 
 
 def newest(directory: Path, prefix: str) -> Path | None:
     """`directory/<prefix>N` with the largest N, or None."""
-    found = [(int(m.group(1)), p) for p in directory.glob(f"{prefix}*") if (m := re.fullmatch(
-        re.escape(prefix) + r"(\d+)", p.name))] if directory.is_dir() else []
-    return max(found)[1] if found else None
+    found = numbered(directory, prefix)
+    return found[max(found)] if found else None
 
 
 def first_last(values: list[float], k: int) -> tuple[int, float, float] | None:
