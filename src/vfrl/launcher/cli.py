@@ -474,6 +474,16 @@ def plot(
         typer.echo(f"wrote {path}")
 
 
+def policy_of(run_dir: Path, step: int | None):
+    """The run's policy of `step` (None: the newest), or the one line saying what the run keeps."""
+    from vfrl.launcher.run_policy import NoPolicy, find_policy
+
+    try:
+        return find_policy(run_dir, step)
+    except NoPolicy as e:
+        fail(str(e))
+
+
 StepOption = Annotated[Optional[int], typer.Option(
     "--step", help="The policy after this many steps \\[default: the newest the run keeps].")]
 
@@ -486,12 +496,8 @@ def eval_cmd(
     """Evaluate a run's policy on its eval split as training did (its environment, args, sampling and seeds), on a
     vf-vllm of its own; results in RUN_DIR/evals/step-N/."""
     from vfrl.launcher.evaluate import evaluate_policy
-    from vfrl.launcher.run_policy import NoPolicy, find_policy
 
-    try:
-        policy = find_policy(run_dir, step)
-    except NoPolicy as e:
-        fail(str(e))
+    policy = policy_of(run_dir, step)
     from vfrl.envs.loader import EnvironmentLoadError
     from vfrl.trainer.inference_watch import InferenceLost
 
@@ -520,12 +526,8 @@ def export_cmd(
     """Write a run's policy as a Hugging Face model folder (the LoRA adapter merged into the base model), which
     transformers loads and vLLM serves as it is."""
     from vfrl.launcher.export import export_policy
-    from vfrl.launcher.run_policy import NoPolicy, find_policy
 
-    try:
-        policy = find_policy(run_dir, step)
-    except NoPolicy as e:
-        fail(str(e))
+    policy = policy_of(run_dir, step)
     out = out or run_dir / "export" / f"step-{policy.step}{'-adapter' if adapter_only and policy.adapter else ''}"
     try:
         export_policy(run_dir, policy, out, adapter_only)

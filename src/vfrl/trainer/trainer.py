@@ -285,12 +285,12 @@ class RLTrainer:
                     await torch_thread.run(self.ranks.barrier)
             except BaseException:  # trained, not pushed: its line (no sync time, no adapter), then the failure
                 with contextlib.suppress(Exception):
-                    self.run_log.step(step + 1, self.record(step, batch, stats, None, times), batch)
+                    self.log_step(step, batch, stats, None, times)
                 raise
             if is_eval_step(evaluation_due, version):
                 evaluation = pipe.start_eval(version)
             times |= {"sync_s": sync_s, "step_s": time.time() - t_step}
-            self.run_log.step(step + 1, self.record(step, batch, stats, self.sync.name_of(version), times), batch)
+            self.log_step(step, batch, stats, self.sync.name_of(version), times)
         await pipe.loading  # the last policy is served when the run ends (eval, GRPOTrainer.evaluate)
         if evaluation is not None:
             self.run_log.eval(evaluation[0], *await evaluation[1])
@@ -347,10 +347,13 @@ class RLTrainer:
         except asyncio.CancelledError:
             with contextlib.suppress(BaseException):
                 stats = await training
-                times |= {"train_start": t0, "train_end": time.time()}
-                self.run_log.step(step + 1, self.record(step, batch, stats, None, times), batch)
+                self.log_step(step, batch, stats, None, times | {"train_start": t0, "train_end": time.time()})
             raise
         return stats, times | {"train_start": t0, "train_end": time.time()}
+
+    def log_step(self, step: int, batch: Batch, stats: dict, model_name: str | None, times: dict) -> None:
+        """Training step `step`'s metrics line and rollout file (RunLog.step); `model_name` None: not pushed."""
+        self.run_log.step(step + 1, self.record(step, batch, stats, model_name, times), batch)
 
     def record(self, step: int, batch: Batch, stats: dict, model_name: str | None, times: dict) -> dict:
         """metrics.jsonl's line for training step `step` (run_log.step_record)."""
