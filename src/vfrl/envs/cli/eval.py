@@ -154,7 +154,7 @@ async def run_eval(env, client, model: str, num_examples: int, rollouts_per_exam
             for next_group in asyncio.as_completed(tasks):
                 group = await next_group
                 for r in group:
-                    f.write(json.dumps(rollout_record(r, env.score_rollouts),
+                    f.write(json.dumps(rollout_record(r, getattr(env, "score_rollouts", True)),
                                        default=json_default) + "\n")
                 f.flush()
                 rollouts += group
@@ -314,7 +314,7 @@ def load_eval_environment(job: EvalJob):
         env = load_configured_environment(job.env_id, job.env_args, job.renderer, job.workers, job.sandbox)
     except EnvironmentLoadError as e:  # one line: the package and the error (args refused, a raise, not an env)
         fail(PROG, str(e))
-    if job.opts["num_examples"] > 0:  # a verifiers taskset reads the first n only (the others have their rows)
+    if job.opts["num_examples"] > 0 and hasattr(env, "limit_tasks"):  # a verifiers taskset: read the first n only
         env.limit_tasks(job.opts["num_examples"], bounded_too=True)
     try:
         data = env.eval_dataset if env.eval_dataset is not None else env.dataset
@@ -360,9 +360,10 @@ async def run_job(job: EvalJob, env) -> None:
             line += f"; the traceback is in {out / 'traceback.txt'}"
         fail(PROG, line)
     finally:
-        await env.aclose()  # its @teardown methods, or a verifiers 0.4 environment's serving resources
+        if hasattr(env, "aclose"):  # its @teardown methods, or a verifiers 0.4 environment's serving resources
+            await env.aclose()
         await client.close()
-    summary = summarize(rollouts, scored=env.score_rollouts)
+    summary = summarize(rollouts, scored=getattr(env, "score_rollouts", True))
     write_metadata(out / "metadata.json", job, model, rollouts, faults, record_tokens, summary, time.time() - t0)
     print_summary(summary, len(rollouts))
     said = (f"reward mean {summary['reward']['mean']:.4f}" if summary["reward"] is not None
