@@ -256,7 +256,7 @@ def shared_vllm_server(tmp_path_factory, tiny_model):
     tokenizer spends one token per character), API key `SharedServer.api_key`, and verifiers 0.4's
     token route (/inference/v1/generate, enable_scale_out) beside the OpenAI ones."""
     tmp = tmp_path_factory.mktemp("shared-server")
-    port = free_port()
+    port = 0  # vLLM binds a free one itself: no other server of the machine can take it first
     (tmp / "config.toml").write_text(tomli_w.dumps({
         "model": str(tiny_model), "env": {"id": "reverse-text"},
         "inference": {"port": port, "enable_scale_out": True,
@@ -276,7 +276,7 @@ def tool_server(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("tool-server")
     model = make_tool_model(tmp / "tiny-tools")
-    port = free_port()
+    port = 0  # vLLM binds a free one itself: no other server of the machine can take it first
     (tmp / "config.toml").write_text(tomli_w.dumps({
         "model": str(model), "env": {"id": "reverse-text"},
         "inference": {"port": port, "enable_scale_out": True,

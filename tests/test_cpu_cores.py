@@ -35,7 +35,7 @@ def test_freeing_the_api_server_gives_up_when_the_server_ends_before_it_serves()
     from vfrl.cpu_cores import free_api_server
 
     server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
-    thread = free_api_server(server.pid, os.sched_getaffinity(0), "http://127.0.0.1:9/health", poll_s=0.05)
+    thread = free_api_server(server.pid, os.sched_getaffinity(0), lambda: "http://127.0.0.1:9/health", poll_s=0.05)
     server.wait()
     thread.join(10)
     assert not thread.is_alive()

@@ -68,7 +68,14 @@ def run_processes(socket_name: str, session: str, run_dir: Path) -> set[int]:
 
 
 def assert_port_free(run_dir: Path) -> None:
-    port = tomllib.loads((run_dir / "config.toml").read_text())["inference"]["port"]
+    from vfrl.inference.served_port import read_port
+    from vfrl.run_dir import RunDir
+
+    # port 0: the one vLLM bound, which vf-vllm wrote
+    port = tomllib.loads((run_dir / "config.toml").read_text())["inference"]["port"] or read_port(
+        RunDir(run_dir).inference_port)
+    if port is None:  # vLLM never listened (a run stopped during its start-up)
+        return
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", port)) != 0, f"something still listens on {port}"
 

@@ -40,7 +40,7 @@ if os.environ.get("IGNORE_TERM"):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 engine = subprocess.Popen([{ENGINE_CORE!r}, "-c", ENGINE], executable=sys.executable)
 print(engine.pid, flush=True)
-if os.environ.get("HEALTH_PORT"):  # serves: /health answers 200
+if os.environ.get("SERVE"):  # serves: /health answers 200 on the port of its --port (0: one it binds free)
     import http.server
     class Health(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
@@ -48,12 +48,13 @@ if os.environ.get("HEALTH_PORT"):  # serves: /health answers 200
             self.end_headers()
         def log_message(self, *a):
             pass
-    http.server.HTTPServer(("127.0.0.1", int(os.environ["HEALTH_PORT"])), Health).serve_forever()
+    http.server.HTTPServer(("127.0.0.1", int(sys.argv[sys.argv.index("--port") + 1])), Health).serve_forever()
 time.sleep(600)
 """
 
 # vf-vllm's part: run_supervised over the stand-in server; prints the server's pid (its group), then its exit code.
-# With HEALTH_PORT set, the stand-in answers /health there; vf-vllm asks HEALTH_URL and starts a server that answered
+# With SERVE set, the stand-in answers /health on PORT (0: a port it binds free, which vf-vllm finds and writes to
+# PORT_FILE); vf-vllm asks it and starts a server that answered
 # it again up to MAX_RESTARTS times.
 SUPERVISOR = f"""
 import os, sys
@@ -61,11 +62,13 @@ from vfrl.inference import supervisor
 from vfrl.inference.supervisor import run_supervised
 supervisor.TRAINER_GRACE_S = 1.0
 supervisor.STOP_GRACE_S = 2.0
+from vfrl.inference.served_port import ServedPort
 from pathlib import Path
 trainer_pid = Path(os.environ["TRAINER_PID"]) if "TRAINER_PID" in os.environ else None
-code = run_supervised([sys.executable, "-c", {FAKE_SERVER!r}], env=None, trainer_pid=trainer_pid,
-                      started=lambda pid: print("server", pid, flush=True),
-                      health_url=os.environ.get("HEALTH_URL"),
+port = ServedPort("127.0.0.1", int(os.environ["PORT"]), Path(os.environ["PORT_FILE"]) if "PORT_FILE" in os.environ
+                  else None) if "PORT" in os.environ else None
+code = run_supervised([sys.executable, "-c", {FAKE_SERVER!r}, "--port", os.environ.get("PORT", "0")], env=None,
+                      trainer_pid=trainer_pid, started=lambda pid: print("server", pid, flush=True), port=port,
                       max_restarts=int(os.environ.get("MAX_RESTARTS", "0")), restarts_log=os.environ.get("RESTARTS"),
                       engines_file=os.environ.get("ENGINES"))
 print("exit", code, flush=True)
@@ -172,8 +175,8 @@ def test_a_server_that_dies_while_serving_is_started_again_up_to_max_restarts(tm
     from vfrl.testing import free_port
 
     restarts, port = tmp_path / "restarts.jsonl", free_port()
-    proc, pgid, engine, out = start_supervised(tmp_path, False, HEALTH_PORT=str(port), MAX_RESTARTS="1",
-                                               HEALTH_URL=f"http://127.0.0.1:{port}/health", RESTARTS=str(restarts))
+    proc, pgid, engine, out = start_supervised(tmp_path, False, SERVE="1", PORT=str(port), MAX_RESTARTS="1",
+                                               RESTARTS=str(restarts))
     second = None
     try:
         time.sleep(1.5)  # vf-vllm sees /health answer
@@ -196,13 +199,85 @@ def test_a_server_that_dies_while_serving_is_started_again_up_to_max_restarts(tm
             cleanup(second, proc)
 
 
+def test_port_0_the_port_the_server_bound_is_written_and_a_restart_serves_on_it(tmp_path):
+    """inference.port = 0: the server binds a free port itself (no other process can take it between a pick and the
+    bind); vf-vllm finds it once the server listens, writes it to the port file, and starts a restarted server on
+    that same port, which the run's clients know."""
+    import urllib.request
+
+    from vfrl.inference.served_port import read_port
+
+    port_file = tmp_path / "inference.port"
+    port_file.write_text("1")  # an earlier server's: never read as this one's
+    proc, pgid, engine, out = start_supervised(tmp_path, False, SERVE="1", PORT="0", PORT_FILE=str(port_file),
+                                               MAX_RESTARTS="1", RESTARTS=str(tmp_path / "r.jsonl"))
+    second = None
+    try:
+        port = wait_until(lambda: read_port(port_file) not in (None, 1) and read_port(port_file), 30, "the port file")
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5).status == 200
+        wait_until(lambda: "listens on port" in out.read_text() and (tmp_path / "r.jsonl").exists() is False, 30,
+                   "the listening line")
+        time.sleep(1.5)  # vf-vllm sees /health answer
+        os.kill(engine, signal.SIGKILL)
+        second, _ = wait_until(lambda: len(found := started(out)) > 1 and found[1], 30, "the server started again")
+        wait_until(lambda: _answers(f"http://127.0.0.1:{port}/health"), 30, "the restarted server on the same port")
+        assert read_port(port_file) == port
+        assert out.read_text().count("vf-vllm: vLLM listens on port") == 1, out.read_text()
+    finally:
+        cleanup(pgid, proc)
+        if second:
+            cleanup(second, proc)
+
+
+def _answers(url: str) -> bool:
+    import urllib.request
+
+    try:
+        return urllib.request.urlopen(url, timeout=2).status == 200
+    except OSError:
+        return False
+
+
+def test_a_health_answered_by_another_process_on_the_port_is_not_the_servers(tmp_path):
+    """Another server held the configured port first: the stand-in cannot bind it and exits, though /health answers
+    there. It never served, so it is not started again (vf-vllm started it again and again, counting the other's
+    /health as its own)."""
+    import http.server
+    import threading
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *_):
+            pass
+
+    other = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", SUPERVISOR], stdout=open(tmp_path / "out", "w"),
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "SERVE": "1", "PORT": str(other.server_port), "MAX_RESTARTS": "2",
+                                     "RESTARTS": str(tmp_path / "r.jsonl")})
+        try:
+            proc.wait(timeout=60)
+        finally:
+            cleanup(proc.pid, proc)
+        text = (tmp_path / "out").read_text()
+        assert "before it served; not starting it again" in text and "Address already in use" in text, text
+        assert not (tmp_path / "r.jsonl").exists()
+    finally:
+        other.shutdown()
+
+
 def test_a_server_that_dies_before_it_served_is_not_started_again(tmp_path):
     """/health never answered (a bad flag, a model that does not fit): starting it again would fail the same way."""
     from vfrl.testing import free_port
 
-    # nothing answers there: the stand-in serves no /health without HEALTH_PORT
+    # nothing answers there: the stand-in serves no /health without SERVE
     proc, pgid, engine, out = start_supervised(tmp_path, False, MAX_RESTARTS="2", RESTARTS=str(tmp_path / "r.jsonl"),
-                                               HEALTH_URL=f"http://127.0.0.1:{free_port()}/health")
+                                               PORT=str(free_port()))
     try:
         os.kill(engine, signal.SIGKILL)
         proc.wait(timeout=30)

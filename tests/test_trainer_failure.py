@@ -238,24 +238,32 @@ def test_on_a_shared_gpu_the_trainer_loads_its_model_only_once_vllm_is_up(tmp_pa
 
     monkeypatch.setattr(cli, "RLTrainer", Recorder)
     monkeypatch.setattr(cli, "freeze_long_lived", lambda: None)  # vf-train's heap freeze, not this test process's
-    monkeypatch.setattr(cli, "load_config", lambda path: SimpleNamespace(inference=SimpleNamespace(url="http://h:1/v1")))
+    inference = SimpleNamespace(url="http://h:1/v1", base_url=None, port=1, host="h")
+    monkeypatch.setattr(cli, "load_config", lambda path: SimpleNamespace(inference=inference))
     monkeypatch.setenv("VFRL_TRAINER_LOADS_AFTER_VLLM", "1")
     cli.run(tmp_path / "config.toml", tmp_path, None)
     assert events == [("wait", "http://h:1/v1"), ("model", "http://h:1/v1"), ("train", None)]
     events.clear()
+    inference.port = 0  # the port vLLM bound, which vf-vllm wrote to the run directory
+    (tmp_path / "inference.port").write_text("4321")
+    cli.run(tmp_path / "config.toml", tmp_path, None)
+    assert events == [("wait", "http://h:4321/v1"), ("model", "http://h:4321/v1"), ("train", None)]
+    events.clear()
     monkeypatch.delenv("VFRL_TRAINER_LOADS_AFTER_VLLM")
     cli.run(tmp_path / "config.toml", tmp_path, None)
-    assert events == [("model", "http://h:1/v1"), ("train", None)]  # GPUs of its own: _train waits, later
+    assert events == [("model", None), ("train", None)]  # GPUs of its own: _train finds the port and waits, later
 
 
 def test_a_vllm_that_dies_while_the_trainer_waits_to_load_is_one_line_and_exit_3(tmp_path):
     from vfrl.trainer.cli import wait_for_vllm_first
 
     (tmp_path / "inference.pid").write_text("999999")  # no such process: the server is gone
-    with pytest.raises(TrainingStopped) as e:
-        wait_for_vllm_first("http://127.0.0.1:9/v1", tmp_path, "key")
-    assert e.value.code == EXIT_INFERENCE_LOST and "\n" not in e.value.line
-    assert "during start-up" in e.value.line and "No step was trained" in e.value.line
+    own = SimpleNamespace(inference=SimpleNamespace(port=0, host="127.0.0.1", base_url=None))
+    for url in ("http://127.0.0.1:9/v1", None):  # None: port 0, the port not yet written
+        with pytest.raises(TrainingStopped) as e:
+            wait_for_vllm_first(url, own, tmp_path, "key")
+        assert e.value.code == EXIT_INFERENCE_LOST and "\n" not in e.value.line
+        assert "during start-up" in e.value.line and "No step was trained" in e.value.line
 
 
 class KeyedServer:
@@ -285,9 +293,10 @@ class KeyedServer:
 
 
 def test_another_runs_server_on_the_port_is_never_taken_for_this_runs(tmp_path):
-    """Port 0 picks a free port and releases it; another run's vLLM may bind it first, then answer /health for this
-    run (and 401 to its first request: seen under load). The run's own key decides: its server is waited for, and
-    when its vLLM could not bind (its process gone) the run stops in one line saying so."""
+    """A port named in the config can be held by another run's vLLM, bound before this run's, which then answers
+    /health for this run (and 401 to its first request: seen under load when port 0 was picked and released). The
+    run's own key decides: its server is waited for, and when its vLLM could not bind (its process gone) the run
+    stops in one line saying so."""
     import subprocess
     import sys
 

@@ -79,7 +79,8 @@ class InferenceConfig(Strict):
         f"estimated need and half of the rest; {SHARED_UTILIZATION_UNKNOWN_SIZE} when the size cannot be read), and "
         "the trainer the rest.")
     host: str = Field("127.0.0.1", description="Address vLLM binds; loopback unless you need it reachable.")
-    port: int = Field(8000, ge=0, le=65535, description="Port of the vLLM server; 0 picks a free one.")
+    port: int = Field(8000, ge=0, le=65535, description="Port of the vLLM server; 0: a free one vLLM binds itself, "
+                      "written to <run_dir>/inference.port (a Slurm job: one picked at launch).")
     args: dict[str, Any] = Field(
         default_factory=dict, description="Extra vLLM server flags: `enforce_eager = true` -> `--enforce-eager`, "
         "`enable_prefix_caching = false` -> `--no-enable-prefix-caching`."

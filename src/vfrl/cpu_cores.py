@@ -19,6 +19,7 @@ import os
 import threading
 import time
 import urllib.request
+from typing import Callable
 
 TRAINER_CORES_ENV = "VFRL_TRAINER_CORES"
 
@@ -46,18 +47,21 @@ def pin(spec: str | None) -> set[int] | None:
     return cores
 
 
-def free_api_server(server_pid: int, cores: set[int], health_url: str, poll_s: float = 0.5) -> threading.Thread:
-    """In a daemon thread: once `health_url` answers (vLLM serves: its engine cores have started, pinned, and
-    the API server starts no more processes), let every thread of process `server_pid`, the API server, run
-    on `cores`. Threads it starts later inherit that from the thread that starts them. Gives up quietly when
-    the server ends first."""
+def free_api_server(server_pid: int, cores: set[int], health_url: Callable[[], str | None],
+                    poll_s: float = 0.5) -> threading.Thread:
+    """In a daemon thread: once `health_url()` answers (vLLM serves: its engine cores have started, pinned, and
+    the API server starts no more processes; None: it has not listened yet), let every thread of process
+    `server_pid`, the API server, run on `cores`. Threads it starts later inherit that from the thread that starts
+    them. Gives up quietly when the server ends first."""
 
     direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through an http_proxy
 
     def free() -> None:
         while os.path.exists(f"/proc/{server_pid}"):
             try:
-                with direct.open(health_url, timeout=2) as reply:
+                if (url := health_url()) is None:
+                    raise OSError("not listening yet")
+                with direct.open(url, timeout=2) as reply:
                     if reply.status == 200:
                         break
             except OSError:

@@ -165,7 +165,7 @@ class GRPOTrainer:
         return self._serve_here()
 
     def _serve_here(self):
-        from vfrl.launcher.cli import free_port, new_run_dir
+        from vfrl.launcher.cli import new_run_dir
         from vfrl.launcher.machine import detect_machine
         from vfrl.launcher.plan import make_plan
         from vfrl.run_dir import RunDir
@@ -181,8 +181,6 @@ class GRPOTrainer:
             run_dir = new_run_dir(Path(cfg.args.output_dir) / cfg.args.run_name).resolve()
             RunDir(run_dir).logs.mkdir(parents=True, exist_ok=True)
             self.plan = make_plan(cfg, run_dir, cfg.args.run_name, detect_machine())
-            if not remote and self.plan.config.inference.port == 0:
-                self.plan.config.inference.port = free_port(self.plan.config.inference.host)
             write_config(self.plan.config, RunDir(run_dir).config)  # what vf-vllm reads, and the run's record
         if remote:
             from vfrl.inference.remote import api_key
@@ -230,13 +228,14 @@ class GRPOTrainer:
         from vfrl.rollouts.evaluation import examples_to_evaluate
         from vfrl.trainer.inference_watch import InferenceLost
         from vfrl.rollouts.orchestrator import Orchestrator
-        from vfrl.trainer.inference_watch import wait_for_server
+        from vfrl.trainer.inference_watch import own_server_url, wait_for_server
 
         plan = self._serve()
         if launched_rank()[0] > 0:
             return {}
         cfg = plan.config
         try:
+            self.url = self.url or own_server_url(cfg.inference, RunDir(plan.run_dir), 900)
             wait_for_server(self.url, 900, RunDir(plan.run_dir).inference_pid if self.server is not None else None,
                             self.api_key)
         except InferenceLost as e:
@@ -287,19 +286,21 @@ def launched_rank() -> tuple[int, int]:
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def start_server(plan, paths) -> tuple[subprocess.Popen, str, str]:
+def start_server(plan, paths) -> tuple[subprocess.Popen, str | None, str]:
     """vf-vllm on the plan's devices and the config at paths.config (its own process group, log in
-    logs/inference.log). The trainer loads its model meanwhile and waits for /health (as the two panes
-    of vf-rl do)."""
+    logs/inference.log); returns (its process, its URL, its API key). The trainer loads its model meanwhile and
+    waits for /health (as the two panes of vf-rl do). The URL is None with inference.port = 0: vLLM binds a free
+    port, which vf-vllm writes to paths.inference_port (trainer/inference_watch.py's own_server_url reads it)."""
     from vfrl.launcher.plan import console_script
 
+    paths.inference_port.unlink(missing_ok=True)  # an earlier server's
     api_key = secrets.token_urlsafe(24)
     env = {**os.environ, **plan.inference.env, "VFRL_API_KEY": api_key}
     with open(paths.log("inference"), "w") as log:
         proc = subprocess.Popen([console_script("vf-vllm"), "@", str(paths.config),
                                  "--pid-file", str(paths.inference_pid)],
                                 env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    return proc, plan.config.inference.url, api_key
+    return proc, plan.config.inference.url if plan.config.inference.port else None, api_key
 
 
 def stop_server(proc: subprocess.Popen) -> None:

@@ -4,6 +4,7 @@
     .api_key  .environment         secrets the panes read at start, deleted once they have (pane_env.py)
     {inference,trainer}.sh         the pane scripts; {inference,trainer}.exitcode: their commands' exit codes
     inference.pid  trainer.pid     vf-vllm's supervisor and vf-train's rank 0
+    inference.port                 the port vLLM bound (inference.port = 0), written by vf-vllm once it listens
     inference.restarts.jsonl       each time vf-vllm started a dead server again (inference.max_restarts)
     logs/{inference,trainer}.log   what each pane printed
     metrics.jsonl                  one line per step and per eval (metrics.discarded.jsonl: steps a resume redid)
@@ -57,6 +58,10 @@ class RunDir:
     @property
     def inference_pid(self) -> Path:
         return self.path / "inference.pid"
+
+    @property
+    def inference_port(self) -> Path:
+        return self.path / "inference.port"
 
     @property
     def inference_restarts(self) -> Path:

@@ -40,9 +40,11 @@ def write_config(path: Path, model: Path, port: int, output_dir: Path, **trainer
 
 @contextmanager
 def vf_vllm(config: Path, port: int, api_key: str, log: Path) -> Iterator[str]:
-    """A real `vf-vllm @ config` (its own process group) until the block ends; yields the base URL."""
+    """A real `vf-vllm @ config` (its own process group) until the block ends; yields the base URL. `port` 0: the
+    port vLLM binds itself, read from inference.port beside `log`."""
     from vfrl.grpo import stop_server
-    from vfrl.trainer.inference_watch import wait_for_server
+    from vfrl.run_dir import RunDir
+    from vfrl.trainer.inference_watch import START_TIMEOUT, listening_url, wait_for_server
 
     pid_file = log.with_name(log.stem + ".pid")
     pid_file.unlink(missing_ok=True)  # a stale one names a dead server: wait_for_server would give up at once
@@ -51,7 +53,10 @@ def vf_vllm(config: Path, port: int, api_key: str, log: Path) -> Iterator[str]:
                                 env={**os.environ, "VFRL_API_KEY": api_key, "CUDA_VISIBLE_DEVICES": ""},
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            wait_for_server(f"http://127.0.0.1:{port}/v1", timeout=300, inference_pid_file=pid_file, api_key=api_key)
-            yield f"http://127.0.0.1:{port}/v1"
+            url = f"http://127.0.0.1:{port}/v1"
+            if not port:
+                url = listening_url("127.0.0.1", RunDir(pid_file.parent).inference_port, pid_file, START_TIMEOUT)
+            wait_for_server(url, timeout=300, inference_pid_file=pid_file, api_key=api_key)
+            yield url
         finally:
             stop_server(proc)  # the Python API's own stop: the group, SIGKILL after 60 s

@@ -26,7 +26,7 @@ import typer
 
 from vfrl.config import load_config
 from vfrl.inference import vllm_version
-from vfrl.inference.endpoints import client_host, route_path
+from vfrl.inference.endpoints import route_path
 from vfrl.inference.lora_ranks import adapters_served, lora_rank_ceiling
 from vfrl.inference.reload_route import RELOAD_MIDDLEWARE
 
@@ -220,23 +220,25 @@ def serve(
     argv = config_argv(cfg, port)
     if pid_file:  # this process, not the server: it lives until the server and all it started are gone
         pid_file.write_text(str(os.getpid()))
+    from vfrl.inference.served_port import ServedPort
+    from vfrl.inference.supervisor import run_supervised
+    from vfrl.run_dir import RunDir
+
+    paths = RunDir(pid_file.parent) if pid_file else None
+    served = ServedPort(cfg.inference.host, port or cfg.inference.port, paths.inference_port if paths else None)
     started = None
-    health = f"http://{client_host(cfg.inference.host)}:{port or cfg.inference.port}/health"
     if _cpu_build():  # the CPU build: the server and its engine core stay on vLLM's cores; once it serves, the
         from vfrl.cpu_cores import free_api_server, pin  # API server alone goes back to every core (cpu_cores.py)
 
         given = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
         if (pinned := pin(os.environ.get("VLLM_CPU_OMP_THREADS_BIND"))) and pinned != given:
-            started = lambda pid: free_api_server(pid, given, health)  # noqa: E731
+            started = lambda pid: free_api_server(pid, given, lambda: served.health_url(pid))  # noqa: E731
     print("vf-vllm:", " ".join(argv[1:]), flush=True)
-    from vfrl.inference.supervisor import run_supervised
-    from vfrl.run_dir import RunDir
-
     raise typer.Exit(run_supervised(argv, server_env(dict(os.environ), not cfg.serves_adapters, argv),
-                                    started=started, health_url=health, max_restarts=cfg.inference.max_restarts,
-                                    restarts_log=RunDir(pid_file.parent).inference_restarts if pid_file else None,
-                                    trainer_pid=RunDir(pid_file.parent).trainer_pid if pid_file else None,
-                                    engines_file=RunDir(pid_file.parent).inference_engines if pid_file else None))
+                                    started=started, port=served, max_restarts=cfg.inference.max_restarts,
+                                    restarts_log=paths.inference_restarts if paths else None,
+                                    trainer_pid=paths.trainer_pid if paths else None,
+                                    engines_file=paths.inference_engines if paths else None))
 
 
 def config_argv(cfg, port: int | None = None) -> list[str]:

@@ -34,6 +34,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from vfrl.inference.served_port import ServedPort
 from vfrl.proc_table import group_members, stat
 from vfrl.run_dir import append_jsonl
 
@@ -86,17 +87,18 @@ def engine_cores(pgid: int) -> set[int]:
 
 
 class Serving:
-    """Has the server answered `health_url` with 200 since it started? Asked each poll until it has (then cached)."""
+    """Has the server answered its /health with 200 since it started? Asked each poll until it has (then cached).
+    The URL comes from `port` (served_port.py), which may know it only once the server listens (port 0)."""
 
     direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never through an http_proxy
 
-    def __init__(self, health_url: str | None):
-        self.health_url, self.since = health_url, None
+    def __init__(self, port: ServedPort | None, pid: int):
+        self.port, self.pid, self.since = port, pid, None
 
     def __call__(self) -> bool:
-        if self.since is None and self.health_url is not None:
+        if self.since is None and self.port is not None and (health := self.port.health_url(self.pid)):
             try:
-                with self.direct.open(self.health_url, timeout=1) as reply:
+                with self.direct.open(health, timeout=1) as reply:
                     if reply.status == 200:
                         self.since = time.monotonic()
             except OSError:
@@ -177,13 +179,14 @@ def start_reaper(pgid: int) -> subprocess.Popen:
                             stdin=subprocess.DEVNULL, start_new_session=True)
 
 
-def run_supervised(argv: list[str], env: dict[str, str], say=print, started=None, health_url: str | None = None,
+def run_supervised(argv: list[str], env: dict[str, str], say=print, started=None, port: ServedPort | None = None,
                    max_restarts: int = 0, restarts_log: Path | None = None, trainer_pid: Path | None = None,
                    engines_file: Path | None = None) -> int:
     """Run `argv` as the leader of a new process group; return its exit code (128 + N for signal N).
     `started(pid)`, when given, is called with the server's pid each time it starts. A server that exits unasked
-    after it answered `health_url` is started again, up to `max_restarts` times; the server is stopped once the
-    vf-train of `trainer_pid` is gone (module docstring); its engine cores are recorded in `engines_file`."""
+    after it answered /health on `port` is started again, on the port it served on, up to `max_restarts` times; the
+    server is stopped once the vf-train of `trainer_pid` is gone (module docstring); its engine cores are recorded in
+    `engines_file`."""
     asked: list[int] = []
     running: list[subprocess.Popen] = []  # the server now
 
@@ -207,14 +210,14 @@ def run_supervised(argv: list[str], env: dict[str, str], say=print, started=None
 
     restarts = 0
     while True:
-        proc = subprocess.Popen(argv, env=env, process_group=0)
+        proc = subprocess.Popen(port.argv(argv) if port else argv, env=env, process_group=0)
         running[:] = [proc]
         if asked:  # a stop that came while the server was being started again
             forward(asked[-1], None)
         reaper = start_reaper(proc.pid)
         if started is not None:
             started(proc.pid)
-        serving = Serving(health_url)
+        serving = Serving(port, proc.pid)
         code = wait_watching_engine(proc, say, stopping=stopping, serving=serving, engines_file=engines_file)
         code = code if code >= 0 else 128 - code
         again = not asked and restarts < max_restarts and serving.since is not None

@@ -166,7 +166,9 @@ def run(
     inference = plan.config.inference
     typer.echo(f"vf-rl: tmux session '{session_name}' started " + (
         f"(the trainer only, on {plan.device}; vLLM at {remote}, not started by vf-rl)" if remote else
-        f"(inference on {plan.device}, vLLM at http://{inference.host}:{inference.port}/v1)"))
+        f"(inference on {plan.device}, vLLM at " + (f"http://{inference.host}:{inference.port}/v1)" if inference.port
+                                                     else f"a free port it binds, written to "
+                                                          f"{RunDir(run_dir).inference_port})")))
     if detach:
         typer.echo(f"vf-rl: follow with `vf-rl logs -f{' --tmux-socket ' + tmux_socket if tmux_socket else ''}` or "
                    f"`{tmux_hint(tmux_socket)} attach -t {session_name}`; stop with `vf-rl stop {session_name}`")
@@ -322,13 +324,16 @@ def launch(srv, plan, config_path: Path, run_dir: Path, workdir: Path) -> None:
         key = api_key(plan.config)
     else:
         key = secrets.token_urlsafe(24)
-        if inference.port == 0:
+        # port 0 stays 0 in a run of this machine: vLLM binds a free port itself, vf-vllm writes it to the run
+        # directory (inference/served_port.py). A Slurm job's trainer may dial another node: it gets one here.
+        if inference.port == 0 and srv is None:
             inference.port = free_port(inference.host)
-        elif port_in_use(inference.host, inference.port):
+        elif inference.port and port_in_use(inference.host, inference.port):
             fail(f"{config_path}: inference.port = {inference.port} is already in use on {inference.host}; "
                  f"choose another port, or set inference.port = 0 to pick a free one.")
     paths = RunDir(run_dir)
     paths.logs.mkdir(parents=True, exist_ok=True)
+    paths.inference_port.unlink(missing_ok=True)  # the last server's, in a resumed run's directory
     write_config(plan.config, paths.config)
     write_environment(run_dir, os.environ)
     paths.api_key.touch(mode=0o600)

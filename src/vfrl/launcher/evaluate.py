@@ -20,10 +20,9 @@ from vfrl.run_dir import RunDir
 def evaluate_policy(run_dir: Path, policy: Policy, say=print) -> dict[str, float]:
     """Serve `policy` of `run_dir`, run the run's eval on it, stop the server; returns the eval's stats."""
     from vfrl.grpo import start_server, stop_server
-    from vfrl.launcher.cli import free_port
     from vfrl.launcher.machine import detect_machine
     from vfrl.launcher.plan import make_plan
-    from vfrl.trainer.inference_watch import wait_for_server
+    from vfrl.trainer.inference_watch import own_server_url, wait_for_server
 
     cfg = load_config(RunDir(run_dir).config)
     out = run_dir / "evals" / f"step-{policy.step}"
@@ -33,12 +32,13 @@ def evaluate_policy(run_dir: Path, policy: Policy, say=print) -> dict[str, float
         cfg.inference.args.setdefault("tokenizer", cfg.model)
         cfg.model = str(policy.path)
     plan = make_plan(cfg, out, f"eval-{policy.step}", detect_machine())
-    plan.config.inference.port = free_port(plan.config.inference.host)
+    plan.config.inference.port = 0  # a free port vLLM binds itself (inference/served_port.py)
     write_config(plan.config, RunDir(out).config)
     say(f"vf-rl eval: serving step {policy.step} of {run_dir} ({policy.path}); the server's log: "
         f"{RunDir(out).log('inference')}")
     server, url, api_key = start_server(plan, RunDir(out))
     try:
+        url = own_server_url(plan.config.inference, RunDir(out), 900)
         wait_for_server(url, 900, RunDir(out).inference_pid, api_key)
         model = served_policy(url, api_key, policy, out) if policy.adapter else plan.config.model
         stats, rollouts = asyncio.run(run_eval(plan.config, url, api_key, model))

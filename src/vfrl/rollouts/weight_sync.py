@@ -37,9 +37,13 @@ class WeightSync(ABC):
     # `after`; no batch mixes two). The save does not wait for it.
     drain_before_push: ClassVar[bool] = False
 
-    def __init__(self, base_url: str, api_key: str, timeout: float):
-        self.http = httpx.Client(base_url=server_root(base_url), headers={"Authorization": f"Bearer {api_key}"},
-                                 timeout=timeout)
+    def __init__(self, base_url: str | None, api_key: str, timeout: float):
+        """`base_url` None: not known until the server listens (inference.port = 0); `serve_at` gives it."""
+        self.http = httpx.Client(base_url=server_root(base_url) if base_url else "",
+                                 headers={"Authorization": f"Bearer {api_key}"}, timeout=timeout)
+
+    def serve_at(self, base_url: str) -> None:
+        self.http.base_url = server_root(base_url)
 
     @abstractmethod
     def save(self, model, version: int) -> Path:
@@ -85,7 +89,8 @@ class AdapterSync(WeightSync):
 
     PREFIX = "policy-"
 
-    def __init__(self, base_url: str, api_key: str, adapters_dir: Path, keep: int = 2, timeout: float = 120.0):
+    def __init__(self, base_url: str | None, api_key: str, adapters_dir: Path, keep: int = 2,
+                 timeout: float = 120.0):
         super().__init__(base_url, api_key, timeout)
         self.adapters_dir = adapters_dir
         self.keep = keep
@@ -244,7 +249,7 @@ class MergedLoraSync(FullWeightSync):
         self.adapters.append(write_adapter(model, self.adapters_dir, version, recycled(self.adapters, self.keep)))
 
 
-def weight_sync_for(config: RLConfig, paths: RunDir, base_url: str, api_key: str) -> WeightSync:
+def weight_sync_for(config: RLConfig, paths: RunDir, base_url: str | None, api_key: str) -> WeightSync:
     """The run's sync: adapters under <run_dir>/adapters (use_lora), else full weights under <run_dir>/weights
     (use_lora = false, or LoRA merged into them: lora_sync = "merged")."""
     if config.serves_adapters:

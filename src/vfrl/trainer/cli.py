@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -85,27 +86,32 @@ def run(config_path: Path, run_dir: Path, base_url: str | None) -> None:
     cfg = load_config(config_path)
     # the pane's VFRL_API_KEY: the key vf-rl made for its server, or inference.api_key_var's for a remote one
     api_key = os.environ.get(API_KEY_ENV, "EMPTY")
+    # None: the run's own server on the port vLLM binds (inference.port = 0), read from the run directory
+    url = base_url or (cfg.inference.url if cfg.inference.base_url or cfg.inference.port else None)
     if os.environ.get(TRAINER_LOADS_AFTER_VLLM_ENV) == "1":
-        wait_for_vllm_first(base_url or cfg.inference.url, run_dir, api_key)
-    trainer = RLTrainer(cfg, run_dir, base_url or cfg.inference.url, api_key)
+        url = wait_for_vllm_first(url, cfg, run_dir, api_key)
+    trainer = RLTrainer(cfg, run_dir, url, api_key)
     KEPT.append(trainer)
     freeze_long_lived()  # the run's start-up objects out of every full collection's walk (heap.py)
     trainer.train()
 
 
-def wait_for_vllm_first(base_url: str, run_dir: Path, api_key: str) -> None:
+def wait_for_vllm_first(base_url: str | None, cfg, server_dir: Path, api_key: str) -> str:
     """On a GPU shared with vLLM: load the model only once vLLM is up. vLLM sizes its KV cache by the drop in
     the GPU's free memory while it starts, so weights the trainer loaded meanwhile would count as vLLM's and
     could leave it no cache (and its start-up fails, or not, by timing)."""
-    from vfrl.trainer.inference_watch import InferenceLost, wait_for_server
+    from vfrl.trainer.inference_watch import InferenceLost, own_server_url, wait_for_server
 
     print("vf-train: waiting for vLLM to start before loading the model (they share a GPU)", flush=True)
+    t0 = time.time()
     try:
-        waited = wait_for_server(base_url, 900, RunDir(run_dir).inference_pid, api_key)
+        base_url = base_url or own_server_url(cfg.inference, RunDir(server_dir), 900)
+        wait_for_server(base_url, 900, RunDir(server_dir).inference_pid, api_key)
     except InferenceLost as e:
-        raise TrainingStopped(EXIT_INFERENCE_LOST, f"vf-train: {e} (see {RunDir(run_dir).log('inference')}). "
+        raise TrainingStopped(EXIT_INFERENCE_LOST, f"vf-train: {e} (see {RunDir(server_dir).log('inference')}). "
                                                    "No step was trained, nothing to keep.") from e
-    print(f"vf-train: vLLM is up (waited {waited:.1f}s); loading the model", flush=True)
+    print(f"vf-train: vLLM is up (waited {time.time() - t0:.1f}s); loading the model", flush=True)
+    return base_url
 
 
 # The trainer of this process, kept until it exits. With several ranks its DDP model holds the gloo process

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import httpx
 
-from vfrl.inference.endpoints import server_root
+from vfrl.inference.endpoints import client_host, server_root
+from vfrl.inference.served_port import read_port
 from vfrl.proc_table import pid_alive
 from vfrl.run_dir import RunDir
 
@@ -99,14 +100,36 @@ async def restart_under_way(base_url: str, pid_file: Path | None, seen: int, max
     return done[-1]
 
 
+def own_server_url(inference, paths: RunDir, timeout: float) -> str:
+    """The OpenAI base URL of the run's own vLLM (`inference`: the config's [inference]): its port, or with port 0
+    the port vLLM bound, read from the run directory once vf-vllm has found it (inference/served_port.py)."""
+    if inference.port:
+        return inference.url
+    return listening_url(inference.host, paths.inference_port, paths.inference_pid, timeout)
+
+
+def listening_url(host: str, port_file: Path, pid_file: Path | None, timeout: float) -> str:
+    """The base URL on the port vf-vllm wrote to `port_file`, once it has. InferenceLost when the server (vf-vllm's
+    `pid_file`) exits or `timeout` passes first."""
+    t0 = time.time()
+    while (port := read_port(port_file)) is None:
+        if gone := process_gone(pid_file):
+            raise InferenceLost(f"{gone} during start-up")
+        if time.time() - t0 > timeout:
+            raise InferenceLost(f"vLLM did not listen within {timeout:.0f}s of starting (vf-vllm writes the port it "
+                                f"bound to {port_file})")
+        time.sleep(0.5)
+    return f"http://{client_host(host)}:{port}/v1"
+
+
 def wait_for_server(base_url: str, timeout: float, inference_pid_file: Path | None = None,
                     api_key: str | None = None) -> float:
     """Block until vLLM answers /health; returns seconds waited. InferenceLost at once if the server process died.
 
     With `api_key` (the run's), the server must also take it (`GET /models`): /health is open to all, and a port
-    picked free at launch can be taken by another run's server before this run's vLLM binds it, which then answers
-    /health for it (and 401 to its first request). Such a server is never taken for the run's own: the wait goes on
-    until the run's own answers, or its process ends (it could not bind), said in one line."""
+    named in the config can be held by another run's server (one that bound it before this run's vLLM), which then
+    answers /health for it (and 401 to its first request). Such a server is never taken for the run's own: the wait
+    goes on until the run's own answers, or its process ends (it could not bind), said in one line."""
     t0 = time.time()
     root = server_root(base_url)
     other = False  # a server that is not the run's answered at root
@@ -122,7 +145,7 @@ def wait_for_server(base_url: str, timeout: float, inference_pid_file: Path | No
             if other:
                 raise InferenceLost(f"{gone} during start-up; another server answers at {root} and refuses this run's "
                                     "API key: it took the port before this run's vLLM could bind it. Start the run "
-                                    "again (inference.port = 0 picks a free port)")
+                                    "again, or set inference.port = 0: vLLM then binds a free port itself")
             raise InferenceLost(f"{gone} during start-up")
         if time.time() - t0 > timeout:
             whose = " (one that refuses this run's API key answers /health there)" if other else ""
@@ -139,10 +162,13 @@ def takes_key(base_url: str, api_key: str) -> bool:
     return reply.status_code not in (401, 403)
 
 
-def inference_problem(base_url: str, pid_file: Path | None) -> str | None:
-    """After the loop failed: was the server the cause? Why, in a few words; None when it is up and answering."""
+def inference_problem(base_url: str | None, pid_file: Path | None) -> str | None:
+    """After the loop failed: was the server the cause? Why, in a few words; None when it is up and answering
+    (or not yet listening: `base_url` None)."""
     if gone := process_gone(pid_file):
         return gone
+    if base_url is None:
+        return None
     try:
         if httpx.get(f"{server_root(base_url)}/health", timeout=5).status_code == 200:
             return None

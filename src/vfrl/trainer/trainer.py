@@ -38,7 +38,8 @@ from vfrl.trainer.failure import (
     unretrieved_errors_to,
 )
 from vfrl.trainer.inference_watch import (
-    START_TIMEOUT, InferenceLost, inference_problem, restart_under_way, restarts, wait_for_server, watch_inference,
+    START_TIMEOUT, InferenceLost, inference_problem, own_server_url, restart_under_way, restarts, wait_for_server,
+    watch_inference,
 )
 from vfrl.learner.learner import Learner
 from vfrl.rollouts.orchestrator import Orchestrator
@@ -52,8 +53,9 @@ from vfrl.rollouts.weight_sync import weight_sync_for
 
 
 class RLTrainer:
-    def __init__(self, config: RLConfig, run_dir: Path, base_url: str, api_key: str, env=None):
-        """`env`: an environment object (the Python API) instead of loading `config.env.id`."""
+    def __init__(self, config: RLConfig, run_dir: Path, base_url: str | None, api_key: str, env=None):
+        """`base_url` None: the run's own server on the port vLLM bound (inference.port = 0), found when the loop
+        starts. `env`: an environment object (the Python API) instead of loading `config.env.id`."""
         self.cfg, self.args, self.run_dir, self.base_url, self.api_key = config, config.args, run_dir, base_url, api_key
         self.paths = paths = RunDir(run_dir)
         self.learner = Learner(config)
@@ -74,7 +76,7 @@ class RLTrainer:
             self.start_step, self.pending_batches = self.resume(Path(resume_from))
         # the server process to watch beside /health: vf-vllm's, none for a server vf-rl did not start or one on
         # another node (a base URL other than its own server's: a Slurm job's inference node)
-        own = not config.inference.base_url and base_url == config.inference.url
+        own = not config.inference.base_url and base_url in (None, config.inference.url)
         self.inference_pid_file = paths.inference_pid if own else None
         self.run_log = RunLog(paths, self.args, self.console,
                               config.model_dump(mode="json") if self.ranks.is_main else None)
@@ -207,6 +209,10 @@ class RLTrainer:
         """The loop, with the vLLM server watched beside it (inference_watch.py): a server that dies or
         hangs stops the loop within seconds instead of at the next failed request or generation_timeout."""
         # a daemon thread: a Ctrl-C or `vf-rl stop` during vLLM's start-up must not wait for vLLM to come up
+        if self.base_url is None:
+            self.base_url = await SERVER_CALLS.run(lambda: own_server_url(self.cfg.inference, self.paths,
+                                                                          START_TIMEOUT))
+            self.sync.serve_at(self.base_url)
         waited = await SERVER_CALLS.run(lambda: wait_for_server(self.base_url, START_TIMEOUT,
                                                                 self.inference_pid_file, self.api_key))
         self.console.info(f"vLLM is up (waited {waited:.1f}s)")
