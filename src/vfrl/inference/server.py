@@ -212,6 +212,9 @@ def serve(
     config_path: Annotated[Path, typer.Argument(metavar="CONFIG", exists=True, dir_okay=False)],
     port: Annotated[int | None, typer.Option(help="Override inference.port.")] = None,
     pid_file: Annotated[Path | None, typer.Option(help="Write the server's pid here.")] = None,
+    trainer_pid: Annotated[list[Path] | None, typer.Option(
+        help="The trainer.pid of each run that trains against this server (a sweep's runs): the server stops once "
+             "every one of them is gone; default: the run's own, beside --pid-file.")] = None,
 ) -> None:
     """Start vLLM for the run described by CONFIG (as written by vf-rl)."""
     if at != "@":
@@ -237,7 +240,7 @@ def serve(
     raise typer.Exit(run_supervised(argv, server_env(dict(os.environ), not cfg.serves_adapters, argv),
                                     started=started, port=served, max_restarts=cfg.inference.max_restarts,
                                     restarts_log=paths.inference_restarts if paths else None,
-                                    trainer_pid=paths.trainer_pid if paths else None,
+                                    trainer_pid=trainer_pid or (paths.trainer_pid if paths else None),
                                     engines_file=paths.inference_engines if paths else None))
 
 

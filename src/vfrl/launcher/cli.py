@@ -4,6 +4,7 @@ With inference.base_url (a vLLM server vf-rl did not start) it checks that serve
 
     vf-rl @ CONFIG [--trainer.args.max_steps 10 ...]   start a run (attaches when run in a terminal)
     vf-rl @ CONFIG --dry-run                           print the resolved config and the plan; start nothing
+    vf-rl @ CONFIG --sweep KEY=V1,V2                   the runs of a sweep against one vLLM (launcher/sweep.py)
     vf-rl status | logs [-f] | stop [SESSION]          runs in tmux, for people not attached
 
 Imports no torch or vLLM: the launcher stays fast and its errors come before anything starts.
@@ -125,10 +126,21 @@ def run(
         "--resume", metavar="[STEP|PATH]",
         help="Continue from a checkpoint in the same run dir: alone, the newest one of the newest run dir of this "
              "run_name; or a step number; or a checkpoint/run dir path.")] = None,
+    sweep: Annotated[Optional[list[str]], typer.Option(
+        "--sweep", metavar="KEY=V1,V2",
+        help="Run every combination of the values given (repeat it for more keys) as the runs of one sweep, each "
+             "with its own directory and session, all against one vLLM that serves each run's adapter: "
+             "--sweep trainer.args.learning_rate=1e-3,3e-3 --sweep trainer.args.seed=0,1.")] = None,
 ) -> None:
     cfg = validated_config(ctx, config_path, dry_run)
     if submit and not slurm:
         fail("--submit submits the sbatch script of --slurm: add --slurm")
+    if sweep:
+        if slurm or resume is not None:
+            fail(f"--sweep runs in tmux on this machine, from the start; leave out "
+                 f"{'--slurm' if slurm else '--resume'}")
+        raise typer.Exit(run_sweep(ctx, cfg, config_path, sweep, session, tmux_socket, attach, detach, replace,
+                                   dry_run))
     if slurm:
         raise typer.Exit(run_as_slurm_job(ctx, cfg, config_path, resume, dry_run, submit))
     srv = tmux.server(tmux_socket)
@@ -183,6 +195,64 @@ def run(
     typer.echo(f"vf-rl: watch with `{tmux_hint(tmux_socket)} attach -t {session_name}`; stop with "
                f"`vf-rl stop {session_name}` or Ctrl-C here")
     raise typer.Exit(wait_for_trainer(srv, session_name, run_dir))
+
+
+def run_sweep(ctx: typer.Context, cfg: RLConfig, config_path: Path, specs: list[str], session: str | None,
+              tmux_socket: str | None, attach: bool | None, detach: bool, replace: bool, dry_run: bool) -> int:
+    """--sweep: the runs of launcher/sweep.py in tmux (launcher/sweep_session.py); returns the worst exit code."""
+    from vfrl.launcher import sweep_session
+    from vfrl.launcher.sweep import SweepError, expand, parse_axis
+
+    overrides = parse_overrides(ctx.args)
+    name = session or cfg.args.run_name
+    directory = new_run_dir(Path(cfg.args.output_dir) / cfg.args.run_name).resolve()
+    machine, workdir = detect_machine(), Path.cwd()
+    try:
+        sweep = expand(lambda extra: load_user_config(config_path, overrides + extra),
+                       [parse_axis(spec) for spec in specs], directory, name, machine, workdir)
+    except (SweepError, PlanError) as e:
+        fail(f"{config_path}: {e}")
+    except ConfigError as e:
+        fail(str(e))
+    srv = tmux.server(tmux_socket)
+    sessions = [sweep.server.session] + [run.plan.session for run in sweep.runs]
+    if dry_run:
+        typer.echo(f"# vf-rl dry run of a sweep of {config_path}: nothing was started\n")
+        typer.echo(sweep_session.render(sweep, workdir, machine, tmux_socket))
+        return 0
+    if taken := [s for s in sessions if tmux.session_exists(srv, s)]:
+        if not replace:
+            fail(f"tmux session(s) {', '.join(taken)} already running; stop them (vf-rl stop {taken[0]}), name the "
+                 f"sweep's session with --session, or add --replace")
+        for name_taken in taken:
+            lifecycle.stop_run(srv, name_taken, echo=typer.echo)
+    server = sweep.server.config.inference
+    if server.port and port_in_use(server.host, server.port):
+        fail(f"{config_path}: inference.port = {server.port} is already in use on {server.host}; choose another "
+             "port, or set inference.port = 0 to let vLLM bind a free one")
+    for note in sweep.notes:
+        typer.secho(f"vf-rl: note: {note}", err=True, fg=typer.colors.YELLOW)
+    sweep_session.launch(srv, sweep, workdir)
+    typer.echo(f"vf-rl: sweep directory {directory} ({len(sweep.runs)} runs against one vLLM)")
+    for run in sweep.runs:
+        typer.echo(f"vf-rl:   {run.plan.session}: {run.name}")
+    typer.echo(f"vf-rl: tmux session '{sweep.server.session}' holds vLLM and the metrics of every run; each run has "
+               f"its own session; stop one with `vf-rl stop {sweep.runs[0].plan.session}`, all with "
+               f"`vf-rl stop {sweep.server.session}`")
+    if detach:
+        return 0
+    if attach is None:
+        attach = sys.stdout.isatty()
+    if attach:
+        sock = ["-L", tmux_socket] if tmux_socket else []
+        verb = "switch-client" if os.environ.get("TMUX") and not tmux_socket else "attach"
+        os.execvp("tmux", ["tmux", *sock, verb, "-t", sweep.server.session])
+    try:
+        codes = sweep_session.follow(srv, sweep, lambda line: typer.echo(line))
+    except KeyboardInterrupt:
+        typer.echo("vf-rl: interrupted; the sweep is stopped")
+        return 130
+    return max(codes, key=lambda code: (code != 0, code))
 
 
 def run_as_slurm_job(ctx: typer.Context, cfg: RLConfig, config_path: Path, resume: str | None, dry_run: bool,
@@ -383,6 +453,18 @@ def stop(
         return
     srv = tmux.server(tmux_socket)
     name, run_dir = pick_session(srv, session, tmux_socket)
+    from vfrl.launcher.sweep import read_record
+
+    if record := read_record(run_dir):  # a sweep's own session: every run of it, then its server
+        from vfrl.launcher import sweep_session
+
+        sweep_session.stop(srv, record, trainer_grace=timeout, echo=typer.echo)
+        codes = [(run["session"], (RunDir(Path(run["run_dir"])).exit_code("trainer").read_text().strip()
+                                   if RunDir(Path(run["run_dir"])).exit_code("trainer").exists() else "?"))
+                 for run in record["runs"]]
+        typer.echo(f"vf-rl: stopped the sweep '{name}' (trainer exit codes: "
+                   + ", ".join(f"{s} {c}" for s, c in codes) + f"); sweep directory {run_dir}")
+        return
     killed = lifecycle.stop_run(srv, name, trainer_grace=timeout, echo=typer.echo)
     exit_file = RunDir(run_dir).exit_code("trainer")
     code = exit_file.read_text().strip() if exit_file.exists() else "?"
@@ -418,13 +500,18 @@ def status(
 
 @app.command("watch")
 def watch_cmd(
-    run_dir: Annotated[Path, typer.Argument(help="A run directory (has or will have metrics.jsonl).")],
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (has or will have metrics.jsonl), or a sweep's.")],
 ) -> None:
-    """Print one line per training step as it is logged (reward, 10-step mean, loss, KL, step time, ETA)."""
-    from vfrl.launcher.watch import watch
+    """Print one line per training step as it is logged (reward, 10-step mean, loss, KL, step time, ETA); for a sweep,
+    the lines of every run under its name."""
+    from vfrl.launcher.sweep import read_record
+    from vfrl.launcher.watch import watch, watch_runs
 
     try:
-        watch(run_dir)
+        if record := read_record(run_dir):
+            watch_runs([Path(r["run_dir"]) for r in record["runs"]])
+        else:
+            watch(run_dir)
     except KeyboardInterrupt:
         pass
 
@@ -466,11 +553,27 @@ def logs(
 
 @app.command("plot")
 def plot(
-    run_dir: Annotated[Path, typer.Argument(help="A run directory (has metrics.jsonl).")],
+    run_dir: Annotated[Path, typer.Argument(help="A run directory (has metrics.jsonl), or a sweep's.")],
     out: Annotated[Optional[Path], typer.Option(
         "--out", "-o", help="PNG path \\[default: RUN_DIR/curves.png].")] = None,
 ) -> None:
-    """Write PNG curves (reward and eval reward, loss, mismatch KL, step time) of a run."""
+    """Write PNG curves (reward and eval reward, loss, mismatch KL, step time) of a run; of a sweep, every run's
+    reward and eval reward in one figure, and a table of their final numbers."""
+    from vfrl.launcher.sweep import read_record
+
+    if record := read_record(run_dir):
+        from vfrl.launcher.plot import final_numbers, plot_runs
+
+        runs = [Path(r["run_dir"]) for r in record["runs"]]
+        for path in plot_runs(runs, out or RunDir(run_dir).curves):
+            typer.echo(f"wrote {path}")
+        width = max(len(r.name) for r in runs)
+        typer.echo(f"{'run':<{width}}  {'steps':>5}  {'reward (last 5)':>15}  {'eval reward':>11}")
+        fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+        for r in runs:
+            n = final_numbers(r)
+            typer.echo(f"{r.name:<{width}}  {n['steps']:>5}  {fmt(n['reward_last5']):>15}  {fmt(n['eval_reward']):>11}")
+        return
     if not RunDir(run_dir).metrics.is_file():
         fail(f"{run_dir}: no metrics.jsonl here; pass a run directory such as outputs/quickstart")
     from vfrl.launcher.plot import plot_run

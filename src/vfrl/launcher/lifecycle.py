@@ -10,6 +10,7 @@ A remote server (inference.base_url) has no pane and no process of the run: noth
 
 from __future__ import annotations
 
+import json
 import time
 import tomllib
 from pathlib import Path
@@ -82,6 +83,9 @@ def stop_run(srv: libtmux.Server, session: str, trainer_grace: float = 60, grace
             if not wait_dead(srv, session, "trainer", grace):
                 killed |= procs.terminate(processes("trainer"), grace=5)
     inference = panes["inference"]
+    if inference and not inference.dead and trainer is None:  # a sweep's server: no trainer's epilogue stops it
+        echo(f"vf-rl: stopping '{session}': Ctrl-C to the inference server")
+        tmux.send_ctrl_c(srv, inference.pane_id)
     if inference and not wait_dead(srv, session, "inference", grace):
         echo("vf-rl: the inference server did not stop; terminating it")
         killed |= procs.terminate(processes("inference"), grace=10)
@@ -131,18 +135,27 @@ def remote_server(run_dir: Path) -> str | None:
 
 def status_line(srv: libtmux.Server, session: str, run_dir: Path) -> str:
     paths = RunDir(run_dir)
+    inference = server_state(srv, session, paths)
+    if (sweep := run_dir / "sweep.json").is_file():  # a sweep's own session: its server (launcher/sweep.py)
+        runs = len(json.loads(sweep.read_text())["runs"])
+        return f"{session}: sweep of {runs} runs, inference {inference} | {run_dir}"
     trainer = describe_pane(tmux.pane_state(srv, session, "trainer"), paths.exit_code("trainer"))
     if remote := remote_server(run_dir):
         inference = f"remote at {remote}"
-    else:
-        inference = describe_pane(tmux.pane_state(srv, session, "inference"), paths.exit_code("inference"))
-        if restarted := len(paths.server_restarts()):
-            inference += f" (vLLM started again {restarted}x)"
+    elif (run_dir.parent / "sweep.json").is_file():
+        inference = f"the sweep's ({run_dir.parent.name})"
     m = last_metrics(run_dir)
     progress = (f"step {m['step']}/{m['max_steps']}, reward {m['reward_mean']:.3f}" if m
                 else "no step yet")
     return (f"{session}: trainer {trainer}, inference {inference}, {progress} "
             f"| {run_dir}")
+
+
+def server_state(srv: libtmux.Server, session: str, paths: RunDir) -> str:
+    state = describe_pane(tmux.pane_state(srv, session, "inference"), paths.exit_code("inference"))
+    if restarted := len(paths.server_restarts()):
+        state += f" (vLLM started again {restarted}x)"
+    return state
 
 
 def run_ended(run_dir: Path, pane: str) -> bool:

@@ -92,6 +92,9 @@ class Plan:
     # from the job at run time, so the trainer's pane script reads them from the shell; only node rank 0 records
     # the run's end
     job_node_rank: str | None = None
+    # a run of a sweep (launcher/sweep.py): the run directory of the vf-vllm it shares with the other runs; it has
+    # no inference pane, and its trainer's epilogue leaves that server to them
+    server_dir: Path | None = None
 
     @property
     def shared_devices(self) -> list[str]:

@@ -106,3 +106,41 @@ def plot_run(run_dir: Path, out: Path | None = None) -> list[Path]:
         plt.close(fig)
         written.append(paths.plots / f"{name}.png")
     return written
+
+
+def final_numbers(run_dir: Path) -> dict:
+    """A run's end in numbers: steps, the mean train reward of its last 5 steps, its last eval reward."""
+    rows = read_metrics(run_dir)
+    _, rewards = series(rows, "reward_mean")
+    _, evals = series(rows, "eval/reward_mean")
+    return {"steps": max((r["step"] for r in rows if "reward_mean" in r), default=0),
+            "reward_last5": sum(rewards[-5:]) / len(rewards[-5:]) if rewards else None,
+            "eval_reward": evals[-1] if evals else None}
+
+
+def plot_runs(run_dirs: list[Path], out: Path) -> list[Path]:
+    """The runs of a sweep in one figure (`out`): each run's train reward (10-step mean) and eval reward."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (train, evaluated) = plt.subplots(1, 2, figsize=(11, 4))
+    for run_dir in run_dirs:
+        rows = read_metrics(run_dir)
+        steps, values = series(rows, "reward_mean")
+        if steps:
+            train.plot(steps, moving_mean(values, 10), lw=1.5, label=run_dir.name)
+        eval_steps, eval_values = series(rows, "eval/reward_mean")
+        if eval_steps:
+            evaluated.plot(eval_steps, eval_values, "o-", lw=1.5, label=run_dir.name)
+    for ax, title in ((train, "train reward (10-step mean)"), (evaluated, "eval reward")):
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return [out]

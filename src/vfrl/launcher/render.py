@@ -55,8 +55,8 @@ def inference_epilogue(run_dir: Path) -> list[str]:
     return [record_exit_code(run_dir, "inference")]
 
 
-def trainer_epilogue(run_dir: Path, grace_s: int = 30, remote: str | None = None,
-                     elsewhere: str | None = None, node_rank: str | None = None) -> list[str]:
+def trainer_epilogue(run_dir: Path, grace_s: int = 30, remote: str | None = None, elsewhere: str | None = None,
+                     node_rank: str | None = None, shared: Path | None = None) -> list[str]:
     """After the trainer: record its exit code (atomically), then stop vf-rl's inference server and wait for it.
 
     vLLM shuts its engine and workers down on SIGTERM; if it has not within `grace_s` (seen on a loaded
@@ -65,6 +65,8 @@ def trainer_epilogue(run_dir: Path, grace_s: int = 30, remote: str | None = None
     A `remote` server (inference.base_url) is not vf-rl's: it is left running. A server `elsewhere` (another
     node of a Slurm job) is stopped by whoever started it there: its pid means nothing on this node.
     With `node_rank` (a Slurm job step's trainer nodes), the other node ranks just leave: node rank 0 records.
+    A server `shared` with the other runs of a sweep (its run directory) stops itself once every run's trainer is
+    gone (vf-vllm --trainer-pid).
     """
     paths = RunDir(run_dir)
     q = lambda p: shlex.quote(str(p))  # noqa: E731
@@ -77,6 +79,9 @@ def trainer_epilogue(run_dir: Path, grace_s: int = 30, remote: str | None = None
     if remote:
         return done + [f"printf 'vf-rl: trainer exited with code %s; the inference server at %s was not started by "
                        f"vf-rl and is left running.\\n' \"$code\" {q(remote)}"]
+    if shared:
+        return done + [f"printf 'vf-rl: trainer exited with code %s; the inference server of the sweep (%s) goes on "
+                       f"for its other runs and stops after the last.\\n' \"$code\" {q(shared)}"]
     if elsewhere:
         return done + [f"printf 'vf-rl: trainer exited with code %s; the inference server (%s) is stopped by the "
                        f"job script.\\n' \"$code\" {q(elsewhere)}"]
@@ -94,7 +99,8 @@ def trainer_epilogue(run_dir: Path, grace_s: int = 30, remote: str | None = None
 def pane_scripts(plan: Plan, workdir: Path) -> list[tuple[PanePlan, str]]:
     """Each pane vf-rl starts (inference first; none for a remote server) with its script, epilogue included."""
     after_trainer = trainer_epilogue(plan.run_dir, remote=plan.config.inference.base_url,
-                                     elsewhere=plan.inference_elsewhere, node_rank=plan.job_node_rank)
+                                     elsewhere=plan.inference_elsewhere, node_rank=plan.job_node_rank,
+                                     shared=plan.server_dir)
     panes = [(plan.trainer, after_trainer)]
     if plan.inference is not None:
         panes.insert(0, (plan.inference, inference_epilogue(plan.run_dir)))
@@ -154,7 +160,9 @@ def render_plan(plan: Plan, workdir: Path, machine: Machine, socket_name: str | 
         f"vLLM endpoint:  {inference.base_url} (inference.base_url: a server vf-rl neither starts nor stops; API "
         f"key from ${inference.api_key_var}; checked before the trainer starts)" if inference.base_url else
         f"vLLM endpoint:  http://{inference.host}:{inference.port}/v1"
-        + (" (port 0: a free port is picked at launch)" if inference.port == 0 else ""),
+        + (f" (port 0: a free port vLLM binds itself, written to {RunDir(plan.run_dir).inference_port} once it"
+           " listens)" if inference.port == 0 and not job else
+           " (port 0: a free port is picked at launch)" if inference.port == 0 else ""),
     ]
     for pane, script in pane_scripts(plan, workdir):
         out += ["", f"--- pane {pane.title}: {pane.script} ---", script.rstrip()]

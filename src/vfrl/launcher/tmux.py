@@ -1,5 +1,6 @@
 """The tmux session of a run: one window, titled panes: Inference | Trainer, with Metrics under the trainer
-(no Inference pane when the server is remote: inference.base_url).
+(no Inference pane when the server is remote, inference.base_url, or a sweep's: the sweep's own session holds it,
+with the metrics of all its runs under it).
 
 The session records its run in tmux user options, so `vf-rl stop/status/logs` find it from the
 session name alone: @vfrl-run-dir, @vfrl-inference-pane, @vfrl-trainer-pane (pane ids).
@@ -77,6 +78,30 @@ def start_session(srv: libtmux.Server, plan: Plan, workdir: Path) -> libtmux.Ses
     metrics.cmd("select-pane", "-T", plan.metrics.title)
     session.set_option(PANE_OPTION["metrics"], metrics.pane_id)
     trainer.select()
+    return session
+
+
+def start_sweep_session(srv: libtmux.Server, server: Plan, metrics_command: list[str],
+                        workdir: Path) -> libtmux.Session:
+    """A sweep's own session (launcher/sweep.py): its vf-vllm, and under it the metrics of every run (each run has a
+    session of its own, started by start_session)."""
+    session = srv.new_session(
+        session_name=server.session, window_name="vf-rl sweep", start_directory=str(workdir),
+        window_command=f"bash {server.inference.script}", x=200, y=50,
+    )
+    window = session.active_window
+    window.set_option("remain-on-exit", "on")
+    session.set_option("pane-border-status", "top")
+    session.set_option("pane-border-format", " #{pane_index}: #{pane_title} ")
+    session.set_option(RUN_DIR_OPTION, str(server.run_dir))
+    inference = window.active_pane
+    inference.cmd("select-pane", "-T", server.inference.title)
+    session.set_option(PANE_OPTION["inference"], inference.pane_id)
+    metrics = inference.split(direction=PaneDirection.Below, shell=shlex.join(metrics_command),
+                              start_directory=str(workdir), environment={MARKER: str(server.run_dir)})
+    metrics.cmd("select-pane", "-T", "Metrics of the runs")
+    session.set_option(PANE_OPTION["metrics"], metrics.pane_id)
+    metrics.select()
     return session
 
 

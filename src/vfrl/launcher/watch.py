@@ -1,4 +1,5 @@
-"""`vf-rl watch RUN_DIR`: live metrics of a run, one line per step (the third pane of a vf-rl session).
+"""`vf-rl watch RUN_DIR`: live metrics of a run, one line per step (the third pane of a vf-rl session); of a sweep's
+directory, the lines of every run under its name.
 
 Reads metrics.jsonl as the trainer appends to it, only what was appended since the last look (re-reading the
 whole file each second costs memory and CPU that grow with the run: docs/reliability.md, "Soak"); stops when the
@@ -54,27 +55,65 @@ class NewRecords:
         return parse_jsonl(whole.splitlines())
 
 
+class RunWatch:
+    """One run's new lines since the last look, and whether its trainer has ended (with its exit code)."""
+
+    def __init__(self, run_dir: Path):
+        paths = RunDir(run_dir)
+        self.exit_file, self.new_records = paths.exit_code("trainer"), NewRecords(paths.metrics)
+        self.rewards: list[float] = []
+        self.ends: list[float] = []
+        self.trainer_gone = TrainerGone(paths.trainer_pid)  # its pane died with it: no exit code will come
+        self.ended, self.code, self.last = False, None, None
+
+    def __call__(self) -> list[str]:
+        done = self.exit_file.exists()
+        if not done and (pid := self.trainer_gone()):
+            self.ended = True
+            return [f"the trainer (pid {pid}) is gone without an exit code (its pane closed?)"]
+        lines = []
+        for rec in self.new_records():
+            if isinstance(rec.get("reward_mean"), (int, float)):
+                self.rewards = (self.rewards + [rec["reward_mean"]])[-10:]
+            self.ends = (self.ends + [rec.get("train_end", time.time())])[-10:]
+            step_s = (self.ends[-1] - self.ends[0]) / (len(self.ends) - 1) if len(self.ends) > 1 else None
+            self.last = row(rec, self.rewards, step_s)
+            lines.append(self.last)
+        if done:
+            code = self.exit_file.read_text().strip()
+            self.ended, self.code = True, int(code) if code.lstrip("-").isdigit() else None
+            lines.append(f"trainer exited with code {code}")
+        return lines
+
+
 def watch(run_dir: Path, write: Callable[[str], None] = print, poll: float = 1.0) -> int | None:
     """Print one line per logged step until the trainer exits; returns its exit code (None if unknown)."""
-    paths = RunDir(run_dir)
-    metrics, exit_file = paths.metrics, paths.exit_code("trainer")
     write(f"metrics of {run_dir}")
     write(HEADER)
-    new_records, rewards, ends = NewRecords(metrics), [], []
-    trainer_gone = TrainerGone(paths.trainer_pid)  # its pane died with it: no exit code will come
+    run = RunWatch(run_dir)
     while True:
-        done = exit_file.exists()
-        if not done and (pid := trainer_gone()):
-            write(f"the trainer (pid {pid}) is gone without an exit code (its pane closed?)")
-            return None
-        for rec in new_records():
-            if isinstance(rec.get("reward_mean"), (int, float)):
-                rewards = (rewards + [rec["reward_mean"]])[-10:]
-            ends = (ends + [rec.get("train_end", time.time())])[-10:]
-            step_s = (ends[-1] - ends[0]) / (len(ends) - 1) if len(ends) > 1 else None
-            write(row(rec, rewards, step_s))
-        if done:
-            code = exit_file.read_text().strip()
-            write(f"trainer exited with code {code}")
-            return int(code) if code.lstrip("-").isdigit() else None
+        for line in run():
+            write(line)
+        if run.ended:
+            return run.code
+        time.sleep(poll)
+
+
+def watch_runs(run_dirs: list[Path], write: Callable[[str], None] = print, poll: float = 1.0) -> list[int | None]:
+    """The runs of a sweep: each line under the run's name, until every trainer has ended; then one line per run
+    (its last step). Returns their exit codes (None: unknown)."""
+    width = max(len(d.name) for d in run_dirs)
+    write(f"metrics of {len(run_dirs)} runs in {run_dirs[0].parent}")
+    write(f"{'run':<{width}}  {HEADER}")
+    runs = {d.name: RunWatch(d) for d in run_dirs}
+    while True:
+        for name, run in runs.items():
+            if not run.ended:
+                for line in run():
+                    write(f"{name:<{width}}  {line}")
+        if all(run.ended for run in runs.values()):
+            write(f"every run ended; the last step of each:\n{'run':<{width}}  {HEADER}")
+            for name, run in runs.items():
+                write(f"{name:<{width}}  {run.last or '(no step)'}  exit {run.code if run.code is not None else '?'}")
+            return [run.code for run in runs.values()]
         time.sleep(poll)

@@ -85,32 +85,35 @@ class AdapterSync(WeightSync):
 
     A server that outlives runs (inference.base_url) may still serve `policy-N` adapters of an earlier run,
     or of this run before a resume; vLLM refuses to load a name it has, so the first load unloads them.
-    One run at a time per server: two runs would load and unload each other's names."""
+    Runs of a sweep share one server: each serves its adapters under its own `run` name (`<run>/policy-N`), and
+    loads and unloads only those."""
 
     PREFIX = "policy-"
 
-    def __init__(self, base_url: str | None, api_key: str, adapters_dir: Path, keep: int = 2,
-                 timeout: float = 120.0):
+    def __init__(self, base_url: str | None, api_key: str, adapters_dir: Path, keep: int = 2, timeout: float = 120.0,
+                 run: str | None = None):
         super().__init__(base_url, api_key, timeout)
         self.adapters_dir = adapters_dir
         self.keep = keep
-        self.loaded: list[str] | None = None  # None until the first load has cleared earlier runs' adapters
+        self.served_prefix = f"{run}/{self.PREFIX}" if run else self.PREFIX
+        self.loaded: list[int] | None = None  # versions served; None until the first load cleared earlier runs'
 
     @classmethod
     def name(cls, version: int) -> str:
+        """The adapter's folder under adapters/ (and its served name outside a sweep)."""
         return f"{cls.PREFIX}{version}"
 
     def save(self, model, version: int) -> Path:
         return write_adapter(model, self.adapters_dir, version)
 
     def name_of(self, version: int) -> str:
-        return self.name(version)
+        return f"{self.served_prefix}{version}"
 
     def load(self, path: Path, version: int) -> str:
         """Load version `version`; unload versions older than the last `keep`."""
-        name = self.name(version)
+        name = self.name_of(version)
         if self.loaded is None:
-            for old in (m for m in self.served_models() if m.startswith(self.PREFIX)):
+            for old in (m for m in self.served_models() if m.startswith(self.served_prefix)):
                 self.http.post("/v1/unload_lora_adapter", json={"lora_name": old})
             self.loaded = []
         r = self.http.post("/v1/load_lora_adapter", json={"lora_name": name, "lora_path": str(path.resolve())})
@@ -118,11 +121,11 @@ class AdapterSync(WeightSync):
             unseen = ("; a vLLM server on another machine must read the trainer's run directory at the same path "
                       "(shared storage, docs/scaling.md)" if "No adapter found" in r.text else "")
             raise RuntimeError(f"vLLM refused adapter {name}: {r.status_code} {r.text}{unseen}")
-        self.loaded = [n for n in self.loaded if n != name] + [name]  # pushed again: to a server started again (heal)
+        self.loaded = [v for v in self.loaded if v != version] + [version]  # pushed again: to a server started again
         while len(self.loaded) > self.keep:
             old = self.loaded.pop(0)
-            self.http.post("/v1/unload_lora_adapter", json={"lora_name": old})
-            shutil.rmtree(self.adapters_dir / old, ignore_errors=True)
+            self.http.post("/v1/unload_lora_adapter", json={"lora_name": self.name_of(old)})
+            shutil.rmtree(self.adapters_dir / self.name(old), ignore_errors=True)
         return name
 
 
@@ -249,12 +252,15 @@ class MergedLoraSync(FullWeightSync):
         self.adapters.append(write_adapter(model, self.adapters_dir, version, recycled(self.adapters, self.keep)))
 
 
-def weight_sync_for(config: RLConfig, paths: RunDir, base_url: str | None, api_key: str) -> WeightSync:
+def weight_sync_for(config: RLConfig, paths: RunDir, base_url: str | None, api_key: str,
+                    run: str | None = None) -> WeightSync:
     """The run's sync: adapters under <run_dir>/adapters (use_lora), else full weights under <run_dir>/weights
-    (use_lora = false, or LoRA merged into them: lora_sync = "merged")."""
+    (use_lora = false, or LoRA merged into them: lora_sync = "merged"). `run`: the run's name on a server it shares
+    with other runs (a sweep's), which its adapters are served under."""
     if config.serves_adapters:
         paths.adapters.mkdir(parents=True, exist_ok=True)
-        return AdapterSync(base_url, api_key, paths.adapters, keep=adapters_served(config.args.loop.num_batches_ahead))
+        return AdapterSync(base_url, api_key, paths.adapters, keep=adapters_served(config.args.loop.num_batches_ahead),
+                           run=run)
     paths.weights.mkdir(parents=True, exist_ok=True)
     if config.args.lora.use_lora:
         paths.adapters.mkdir(parents=True, exist_ok=True)

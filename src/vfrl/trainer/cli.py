@@ -36,6 +36,10 @@ def train(
         envvar="VFRL_INFERENCE_URL",
         help="vLLM base URL of a server on another machine (a Slurm job's inference node): watched by /health only, "
              "never stopped; default: inference.base_url, else [inference] host/port.")] = None,
+    server_dir: Annotated[Path | None, typer.Option(
+        envvar="VFRL_SERVER_DIR",
+        help="The run directory of the vf-vllm this run shares with the other runs of a sweep (its pid, port, "
+             "restarts and log); default: the run's own.")] = None,
 ) -> None:
     """Train the run described by CONFIG (as written by vf-rl into the run directory)."""
     if at != "@":
@@ -51,7 +55,7 @@ def train(
             # dropped, the adapters on disk stay whole, and the exit code says interrupted
             stop_signals.release()
             pin(os.environ.get(TRAINER_CORES_ENV))  # no GPU: the cores vLLM does not use (cpu_cores.py)
-            run(config_path, run_dir, base_url)
+            run(config_path, run_dir, base_url, server_dir)
         finally:  # on the way out: a late or second Ctrl-C must not raise inside an atexit hook (a traceback)
             stop_signals.quiet()
     except KeyboardInterrupt:  # Ctrl-C in the pane or `vf-rl stop`: adapters are written atomically, so whole
@@ -81,7 +85,7 @@ def stopped_or(code: int) -> int:
     return EXIT_INTERRUPTED
 
 
-def run(config_path: Path, run_dir: Path, base_url: str | None) -> None:
+def run(config_path: Path, run_dir: Path, base_url: str | None, server_dir: Path | None = None) -> None:
     hf_logging.disable_progress_bar()  # save_pretrained's "Writing model shards" bar, every sync and checkpoint
     cfg = load_config(config_path)
     # the pane's VFRL_API_KEY: the key vf-rl made for its server, or inference.api_key_var's for a remote one
@@ -89,8 +93,8 @@ def run(config_path: Path, run_dir: Path, base_url: str | None) -> None:
     # None: the run's own server on the port vLLM binds (inference.port = 0), read from the run directory
     url = base_url or (cfg.inference.url if cfg.inference.base_url or cfg.inference.port else None)
     if os.environ.get(TRAINER_LOADS_AFTER_VLLM_ENV) == "1":
-        url = wait_for_vllm_first(url, cfg, run_dir, api_key)
-    trainer = RLTrainer(cfg, run_dir, url, api_key)
+        url = wait_for_vllm_first(url, cfg, server_dir or run_dir, api_key)
+    trainer = RLTrainer(cfg, run_dir, url, api_key, server_dir=server_dir)
     KEPT.append(trainer)
     freeze_long_lived()  # the run's start-up objects out of every full collection's walk (heap.py)
     trainer.train()

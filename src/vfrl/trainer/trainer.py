@@ -53,11 +53,14 @@ from vfrl.rollouts.weight_sync import weight_sync_for
 
 
 class RLTrainer:
-    def __init__(self, config: RLConfig, run_dir: Path, base_url: str | None, api_key: str, env=None):
+    def __init__(self, config: RLConfig, run_dir: Path, base_url: str | None, api_key: str, env=None,
+                 server_dir: Path | None = None):
         """`base_url` None: the run's own server on the port vLLM bound (inference.port = 0), found when the loop
-        starts. `env`: an environment object (the Python API) instead of loading `config.env.id`."""
+        starts. `env`: an environment object (the Python API) instead of loading `config.env.id`. `server_dir`: the
+        run directory of the vf-vllm this run shares with others (a sweep's); default: its own."""
         self.cfg, self.args, self.run_dir, self.base_url, self.api_key = config, config.args, run_dir, base_url, api_key
         self.paths = paths = RunDir(run_dir)
+        self.server_paths = RunDir(server_dir or run_dir)  # its vf-vllm's files: pid, port, restarts, log
         self.learner = Learner(config)
         self.ranks = self.learner.ranks
         self.env = trainable(env if env is not None else load_configured_environment(
@@ -68,7 +71,7 @@ class RLTrainer:
                              + gen.evaluation.num_eval_examples)
         if self.ranks.is_main:
             paths.rollouts.mkdir(parents=True, exist_ok=True)
-        self.sync = weight_sync_for(config, paths, base_url, api_key)
+        self.sync = weight_sync_for(config, paths, base_url, api_key, run=self.args.run_name if server_dir else None)
         self.console = TrainerConsole()
         self.log_file = paths.log("trainer")
         self.start_step, self.pending_batches = 0, []
@@ -77,7 +80,7 @@ class RLTrainer:
         # the server process to watch beside /health: vf-vllm's, none for a server vf-rl did not start or one on
         # another node (a base URL other than its own server's: a Slurm job's inference node)
         own = not config.inference.base_url and base_url in (None, config.inference.url)
-        self.inference_pid_file = paths.inference_pid if own else None
+        self.inference_pid_file = self.server_paths.inference_pid if own else None
         self.run_log = RunLog(paths, self.args, self.console,
                               config.model_dump(mode="json") if self.ranks.is_main else None)
         self.pipeline: Pipeline | None = None  # rank 0's, made when the loop starts
@@ -137,7 +140,7 @@ class RLTrainer:
         lost = (str(error) if isinstance(error, InferenceLost) else
                 None if isinstance(error, HungUp) else inference_problem(self.base_url, self.inference_pid_file))
         if lost:
-            log = (as_typed(RunDir(self.run_dir).log("inference")) if self.inference_pid_file is not None
+            log = (as_typed(self.server_paths.log("inference")) if self.inference_pid_file is not None
                    else "its own log, where it runs")  # a server vf-rl did not start (inference.base_url)
             cause = f"{lost} (see {log})"
         elif isinstance(error, HungUp):  # a signal: no traceback to read
@@ -210,7 +213,7 @@ class RLTrainer:
         hangs stops the loop within seconds instead of at the next failed request or generation_timeout."""
         # a daemon thread: a Ctrl-C or `vf-rl stop` during vLLM's start-up must not wait for vLLM to come up
         if self.base_url is None:
-            self.base_url = await SERVER_CALLS.run(lambda: own_server_url(self.cfg.inference, self.paths,
+            self.base_url = await SERVER_CALLS.run(lambda: own_server_url(self.cfg.inference, self.server_paths,
                                                                           START_TIMEOUT))
             self.sync.serve_at(self.base_url)
         waited = await SERVER_CALLS.run(lambda: wait_for_server(self.base_url, START_TIMEOUT,
