@@ -44,3 +44,24 @@ def test_a_run_with_no_policy_is_one_line(tmp_path, command):
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [f"vf-rl: error: {tmp_path}: no trained policy yet (no adapters/, "
                                                 "weights/ or checkpoint in it)"]
+
+
+def test_best_eval_is_the_kept_policy_with_the_highest_eval_reward(tmp_path):
+    from vfrl.launcher.run_policy import best_evaluated_step
+    from vfrl.run_dir import append_jsonl
+
+    run = run_dir_with(tmp_path, adapters=(19, 20), checkpoints=(10,))
+    with pytest.raises(NoPolicy, match="it logged no eval"):
+        best_evaluated_step(run)
+    for step, reward in ((0, 0.2), (5, 0.9), (10, 0.6), (20, 0.6)):  # step 5's policy is not kept
+        append_jsonl(run / "metrics.jsonl", {"step": step, "eval/reward_mean": reward})
+    append_jsonl(run / "metrics.jsonl", {"step": 19, "reward_mean": 0.99})  # a train line: not an eval
+    assert best_evaluated_step(run) == 20  # 0.6 at 10 and 20: the later
+    (tmp_path / "b").mkdir()
+    run2 = run_dir_with(tmp_path / "b", adapters=(3,))
+    append_jsonl(run2 / "metrics.jsonl", {"step": 2, "eval/reward_mean": 0.5})
+    with pytest.raises(NoPolicy, match="evaluated steps 2 and keeps 3"):
+        best_evaluated_step(run2)
+    done = subprocess.run([str(BIN / "vf-rl"), "export", str(run), "--best", "eval", "--step", "3"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--step and --best each pick the policy" in done.stderr

@@ -125,12 +125,19 @@ def test_watch_runs_shows_each_runs_steps_under_its_name_and_ends_with_one_line_
             append_jsonl(d / "metrics.jsonl", {"step": step, "max_steps": 2, "reward_mean": 0.1 * step + i,
                                                "loss": 0.5, "train_end": float(step)})
         (d / "trainer.exitcode").write_text(str(i))
-    lines = []
-    assert watch_runs(dirs, write=lines.append, poll=0) == [0, 1]
+    written = []
+    assert watch_runs(dirs, write=written.append, poll=0) == [0, 1]
+    lines = "\n".join(written).split("\n")
     assert [line.split()[0] for line in lines if line.startswith(("a ", "bb"))][:6] == ["a", "a", "a", "bb", "bb", "bb"]
     last = lines[-2:]
     assert last[0].startswith("a ") and "2/2" in last[0] and last[0].endswith("exit 0")
     assert last[1].startswith("bb") and "1.200" in last[1] and last[1].endswith("exit 1")
+    screens = []
+    for d in dirs:  # a terminal (the sweep's metrics pane): one line per run, redrawn
+        (d / "metrics.jsonl").write_text("")
+    watch_runs(dirs, write=screens.append, poll=0, live=True)
+    assert screens and all(screen.startswith("\033[H\033[J") for screen in screens)
+    assert len(screens[-1].split("\n")) == 2 + len(dirs)  # title, header, a line per run
 
 
 def test_vf_rl_sweep_dry_run_shows_the_runs_the_server_and_every_script(tmp_path):

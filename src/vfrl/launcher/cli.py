@@ -19,6 +19,7 @@ import shlex
 import socket
 import sys
 import subprocess
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -509,7 +510,7 @@ def watch_cmd(
 
     try:
         if record := read_record(run_dir):
-            watch_runs([Path(r["run_dir"]) for r in record["runs"]])
+            watch_runs([Path(r["run_dir"]) for r in record["runs"]], live=sys.stdout.isatty())
         else:
             watch(run_dir)
     except KeyboardInterrupt:
@@ -536,6 +537,14 @@ def logs(
         _, run_dir = pick_session(tmux.server(tmux_socket), target, tmux_socket)
     if pane == "inference" and (remote := lifecycle.remote_server(run_dir)):
         fail(f"{run_dir}: the inference server is remote ({remote}, inference.base_url); its log is where it runs")
+    from vfrl.launcher.sweep import read_record
+
+    if record := read_record(run_dir):  # a sweep's own directory: its server's
+        if pane == "trainer":
+            fail(f"{run_dir} is a sweep: its runs have the trainers ({', '.join(r['session'] for r in record['runs'])}"
+                 f"); its server's log is --pane inference")
+    elif pane == "inference" and read_record(run_dir.parent):  # a run of a sweep: the server it shares
+        run_dir = run_dir.parent
     path = RunDir(run_dir).log(pane)
     text, end = lifecycle.tail(path, lines)
     sys.stdout.write(text)
@@ -582,12 +591,15 @@ def plot(
         typer.echo(f"wrote {path}")
 
 
-def policy_of(run_dir: Path, step: int | None):
-    """The run's policy of `step` (None: the newest), or the one line saying what the run keeps."""
-    from vfrl.launcher.run_policy import NoPolicy, find_policy
+def policy_of(run_dir: Path, step: int | None, best: str | None = None):
+    """The run's policy of `step` (None: the newest; `best` "eval": the one with the highest eval reward), or the
+    one line saying what the run keeps."""
+    from vfrl.launcher.run_policy import NoPolicy, best_evaluated_step, find_policy
 
+    if step is not None and best is not None:
+        fail("--step and --best each pick the policy: give one")
     try:
-        return find_policy(run_dir, step)
+        return find_policy(run_dir, best_evaluated_step(run_dir) if best else step)
     except NoPolicy as e:
         fail(str(e))
 
@@ -596,16 +608,25 @@ StepOption = Annotated[Optional[int], typer.Option(
     "--step", help="The policy after this many steps \\[default: the newest the run keeps].")]
 
 
+class Best(str, Enum):
+    eval = "eval"
+
+
+BestOption = Annotated[Optional[Best], typer.Option(
+    "--best", help="eval: the kept policy with the highest eval reward the run logged, instead of --step.")]
+
+
 @app.command("eval")
 def eval_cmd(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (has config.toml).")],
     step: StepOption = None,
+    best: BestOption = None,
 ) -> None:
     """Evaluate a run's policy on its eval split as training did (its environment, args, sampling and seeds), on a
     vf-vllm of its own; results in RUN_DIR/evals/step-N/."""
     from vfrl.launcher.evaluate import evaluate_policy
 
-    policy = policy_of(run_dir, step)
+    policy = policy_of(run_dir, step, best)
     from vfrl.envs.loader import EnvironmentLoadError
     from vfrl.trainer.inference_watch import InferenceLost
 
@@ -626,6 +647,7 @@ def eval_cmd(
 def export_cmd(
     run_dir: Annotated[Path, typer.Argument(help="A run directory (has config.toml).")],
     step: StepOption = None,
+    best: BestOption = None,
     out: Annotated[Optional[Path], typer.Option(
         "--out", "-o", help="The folder to write \\[default: RUN_DIR/export/step-N].")] = None,
     adapter_only: Annotated[bool, typer.Option(
@@ -635,7 +657,7 @@ def export_cmd(
     transformers loads and vLLM serves as it is."""
     from vfrl.launcher.export import export_policy
 
-    policy = policy_of(run_dir, step)
+    policy = policy_of(run_dir, step, best)
     out = out or run_dir / "export" / f"step-{policy.step}{'-adapter' if adapter_only and policy.adapter else ''}"
     try:
         export_policy(run_dir, policy, out, adapter_only)

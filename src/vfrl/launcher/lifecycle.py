@@ -160,6 +160,8 @@ def server_state(srv: libtmux.Server, session: str, paths: RunDir) -> str:
 
 def run_ended(run_dir: Path, pane: str) -> bool:
     paths = RunDir(run_dir)
+    if pane == "inference" and paths.exit_code("inference").exists():  # a sweep's server has no trainer of its own
+        return True
     if not paths.exit_code("trainer").exists():
         return False
     if pane == "inference" and (pid_file := paths.inference_pid).is_file():

@@ -1,4 +1,5 @@
-"""Which trained policy of a run a command means: `--step N` or the newest, found where the run keeps it.
+"""Which trained policy of a run a command means: `--step N`, `--best eval` or the newest, found where the run keeps
+it.
 
 A LoRA run keeps its last adapters in adapters/policy-N (what vLLM served) and one in each checkpoint
 (checkpoints/step-N/model); a full fine-tune keeps weights/step-N (a Hugging Face folder) and its checkpoints'
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vfrl.learner.checkpoint import list_checkpoints, step_of
-from vfrl.run_dir import RunDir, numbered
+from vfrl.run_dir import RunDir, numbered, read_jsonl
 
 
 class NoPolicy(LookupError):
@@ -48,3 +49,19 @@ def find_policy(run_dir: Path, step: int | None = None) -> Policy:
                        "(adapters/, weights/ and the checkpoints)")
     path = kept[step]
     return Policy(step, path, (path / "adapter_config.json").is_file())
+
+
+def best_evaluated_step(run_dir: Path) -> int:
+    """The step of the kept policy with the highest eval reward the run logged (eval/reward_mean; the later step on a
+    tie), or NoPolicy saying why there is none."""
+    kept = policies(run_dir)
+    metrics = RunDir(run_dir).metrics
+    evals = {r["step"]: r["eval/reward_mean"] for r in (read_jsonl(metrics) if metrics.is_file() else [])
+             if isinstance(r.get("eval/reward_mean"), (int, float)) and isinstance(r.get("step"), int)}
+    scored = {step: reward for step, reward in evals.items() if step in kept}
+    if not scored:
+        why = ("it logged no eval (trainer.args.eval_strategy)" if not evals else
+               f"it evaluated steps {', '.join(map(str, sorted(evals)))} and keeps "
+               f"{', '.join(map(str, sorted(kept))) or 'none'}")
+        raise NoPolicy(f"{run_dir}: no evaluated policy is kept: {why}; pass --step N")
+    return max(scored, key=lambda step: (scored[step], step))

@@ -99,21 +99,36 @@ def watch(run_dir: Path, write: Callable[[str], None] = print, poll: float = 1.0
         time.sleep(poll)
 
 
-def watch_runs(run_dirs: list[Path], write: Callable[[str], None] = print, poll: float = 1.0) -> list[int | None]:
-    """The runs of a sweep: each line under the run's name, until every trainer has ended; then one line per run
-    (its last step). Returns their exit codes (None: unknown)."""
+def watch_runs(run_dirs: list[Path], write: Callable[[str], None] = print, poll: float = 1.0,
+               live: bool = False) -> list[int | None]:
+    """The runs of a sweep until every trainer has ended, then one line per run (its last step and exit code).
+    `live` (a terminal: the sweep's metrics pane): one line per run, redrawn as they log; else each new line under
+    its run's name. Returns the exit codes (None: unknown)."""
     width = max(len(d.name) for d in run_dirs)
-    write(f"metrics of {len(run_dirs)} runs in {run_dirs[0].parent}")
-    write(f"{'run':<{width}}  {HEADER}")
+    title = f"metrics of {len(run_dirs)} runs in {run_dirs[0].parent}"
     runs = {d.name: RunWatch(d) for d in run_dirs}
+
+    def table() -> list[str]:
+        ends = {name: f"  exit {run.code if run.code is not None else '?'}" if run.ended else ""
+                for name, run in runs.items()}
+        return [f"{'run':<{width}}  {HEADER}"] + [f"{name:<{width}}  {run.last or '(no step yet)'}{ends[name]}"
+                                                  for name, run in runs.items()]
+
+    if not live:
+        write(title)
+        write(f"{'run':<{width}}  {HEADER}")
     while True:
+        changed = False
         for name, run in runs.items():
             if not run.ended:
                 for line in run():
-                    write(f"{name:<{width}}  {line}")
+                    changed = True
+                    if not live:
+                        write(f"{name:<{width}}  {line}")
+        if live and changed:
+            write("\033[H\033[J" + "\n".join([title, *table()]))
         if all(run.ended for run in runs.values()):
-            write(f"every run ended; the last step of each:\n{'run':<{width}}  {HEADER}")
-            for name, run in runs.items():
-                write(f"{name:<{width}}  {run.last or '(no step)'}  exit {run.code if run.code is not None else '?'}")
+            if not live:
+                write("every run ended; the last step of each:\n" + "\n".join(table()))
             return [run.code for run in runs.values()]
         time.sleep(poll)
