@@ -14,13 +14,14 @@ from types import SimpleNamespace
 from vfrl.trainer import cli
 
 class Trainer:
-    def __init__(self, *args):
+    def __init__(self, *args, **kwargs):
         self.walked = len(gc.get_objects())  # what a full collection walks before the freeze
     def train(self):
         print(self.walked, gc.get_freeze_count(), len(gc.get_objects()))
 
 cli.RLTrainer = Trainer
-cli.load_config = lambda path: SimpleNamespace(inference=SimpleNamespace(url="http://127.0.0.1:1/v1"))
+cli.load_config = lambda path: SimpleNamespace(inference=SimpleNamespace(url="http://127.0.0.1:1/v1", port=1,
+                                                                         base_url=None))
 cli.run("config.toml", "run", None)
 """
 

@@ -14,6 +14,7 @@ import pytest
 from test_checkpoint_resume import lora_setup, state
 from vfrl.learner.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from vfrl.trainer.failure import EXIT_ERROR, EXIT_INFERENCE_LOST, RESUME_COMMAND_ENV, TrainingStopped, describe
+from vfrl.run_dir import RunDir
 from vfrl.trainer.inference_watch import InferenceLost
 from vfrl.trainer.trainer import RLTrainer
 
@@ -41,7 +42,8 @@ def trainer(tmp_path, tiny_model, monkeypatch):
     learner = SimpleNamespace(policy=model, optimizer=opt, scheduler=sched, steps_done=0, in_step=False)
     t = SimpleNamespace(learner=learner, checkpoints_dir=run_dir / "checkpoints", run_dir=run_dir,
                         log_file=run_dir / "logs" / "trainer.log", base_url="http://127.0.0.1:9/v1",
-                        inference_pid_file=run_dir / "inference.pid", training_state=state, restart_note={})
+                        inference_pid_file=run_dir / "inference.pid", server_paths=RunDir(run_dir),
+                        training_state=state, restart_note={})
     t.keep_trained = lambda: RLTrainer.keep_trained(t)
     return t
 
@@ -230,7 +232,7 @@ def test_on_a_shared_gpu_the_trainer_loads_its_model_only_once_vllm_is_up(tmp_pa
                         lambda url, timeout, pid, key: events.append(("wait", url)) or 0.1)
 
     class Recorder:
-        def __init__(self, cfg, run_dir, base_url, api_key):
+        def __init__(self, cfg, run_dir, base_url, api_key, server_dir=None):
             events.append(("model", base_url))
 
         def train(self):

@@ -118,7 +118,7 @@ def test_a_run_that_fails_after_a_sigterm_exits_130(tmp_path):
         "import os, signal, sys, time\n"
         "from vfrl.trainer import cli, entry\n"
         "from vfrl.trainer.failure import EXIT_INFERENCE_LOST, TrainingStopped\n"
-        "def run(config_path, run_dir, base_url):\n"
+        "def run(config_path, run_dir, base_url, server_dir):\n"
         "    try:\n"
         "        os.kill(os.getpid(), signal.SIGTERM)\n"
         "        time.sleep(30)\n"
