@@ -118,6 +118,9 @@ def main() -> None:
     ap.add_argument("--values", default="1e-3,2e-3,3e-3,5e-3")
     ap.add_argument("--steps", type=int, default=None, help="trainer.args.max_steps (default: the config's)")
     ap.add_argument("--concurrent", action="store_true", help="also the runs as separate vf-rl runs at once")
+    ap.add_argument("--sides", default="sweep,sequential", help="which of sweep, sequential to run")
+    ap.add_argument("--sweep-args", default="", help="more vf-rl arguments for the sweep alone (e.g. "
+                    "'--trainer.share_cpus true')")
     ap.add_argument("--sequential-sync", choices=("config", "adapter", "merged"), default="config")
     ap.add_argument("--write", action="store_true", help="write the table into docs/benchmarks.md")
     a = ap.parse_args()
@@ -132,15 +135,20 @@ def main() -> None:
         return [common + [f"--{a.key}", v, "--trainer.args.output_dir", str(out_dir / where),
                           "--trainer.args.run_name", f"{prefix}{i}"] + sync for i, v in enumerate(values)]
 
-    results = {"sweep": side("sweep", [common + ["--sweep", f"{a.key}={a.values}", "--trainer.args.output_dir",
-                                                 str(out_dir / "sweep"), "--trainer.args.run_name", "s"]],
-                             False, out_dir)}
-    results["sequential"] = side("sequential", separate("sequential", "v"), False, out_dir)
+    sides, results = a.sides.split(","), {}
+    if "sweep" in sides:
+        results["sweep"] = side("sweep", [common + ["--sweep", f"{a.key}={a.values}", "--trainer.args.output_dir",
+                                                    str(out_dir / "sweep"), "--trainer.args.run_name", "s",
+                                                    *a.sweep_args.split()]], False, out_dir)
+    if "sequential" in sides:
+        results["sequential"] = side("sequential", separate("sequential", "v"), False, out_dir)
     if a.concurrent:
         results["concurrent"] = side("concurrent", separate("concurrent", "c"), True, out_dir)
     leaf = a.key.rsplit(".", 1)[-1]
-    results["sweep"]["rewards"] = [final_reward(out_dir / "sweep" / "s" / f"{leaf}={v}") for v in values]
-    results["sequential"]["rewards"] = [final_reward(out_dir / "sequential" / f"v{i}") for i in range(len(values))]
+    if "sweep" in results:
+        results["sweep"]["rewards"] = [final_reward(out_dir / "sweep" / "s" / f"{leaf}={v}") for v in values]
+    if "sequential" in results:
+        results["sequential"]["rewards"] = [final_reward(out_dir / "sequential" / f"v{i}") for i in range(len(values))]
     if "concurrent" in results:
         results["concurrent"]["rewards"] = [final_reward(out_dir / "concurrent" / f"c{i}") for i in range(len(values))]
     command = " ".join([".venv/bin/python", "benchmarks/sweep.py", *sys.argv[1:]])
@@ -154,7 +162,7 @@ def main() -> None:
 
 
 def render(results: dict, values: list[str], a, command: str, machine: str) -> str:
-    seq = results["sequential"]
+    seq = results.get("sequential")
     lines = [HEADING, "", f"Command: `{command}` ({a.config}, {a.key} = {', '.join(values)}; {machine}; "
              f"{time.strftime('%Y-%m-%d')}). Sequential runs: lora_sync "
              f"{'as the config sets it' if a.sequential_sync == 'config' else a.sequential_sync}; the sweep serves "
@@ -163,7 +171,8 @@ def render(results: dict, values: list[str], a, command: str, machine: str) -> s
              "|---|---|---|---|---|---|"]
     for name, r in results.items():
         rewards = ", ".join("-" if x is None else f"{x:.3f}" for x in r["rewards"])
-        lines.append(f"| {name} | {r['wall_s']:.0f} s | {r['wall_s'] / seq['wall_s']:.2f}x | {r['cpu_s']:.0f} | "
+        ratio = f"{r['wall_s'] / seq['wall_s']:.2f}x" if seq else "-"
+        lines.append(f"| {name} | {r['wall_s']:.0f} s | {ratio} | {r['cpu_s']:.0f} | "
                      f"{r['peak_pss_gib']:.2f} GiB | {rewards} |")
     return "\n".join(lines) + "\n"
 
