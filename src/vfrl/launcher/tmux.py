@@ -50,33 +50,41 @@ def session_exists(srv: libtmux.Server, name: str) -> bool:
         return False
 
 
-def start_session(srv: libtmux.Server, plan: Plan, workdir: Path) -> libtmux.Session:
-    """The panes of `plan`; without an inference pane (a remote server) the trainer's is the first."""
-    first = plan.inference or plan.trainer
-    session = srv.new_session(
-        session_name=plan.session, window_name="vf-rl", start_directory=str(workdir),
-        window_command=f"bash {first.script}", x=200, y=50,
-    )
-    window = session.active_window
-    # panes stay visible after their process exits, so the last lines can be read
-    window.set_option("remain-on-exit", "on")
+def new_run_session(srv: libtmux.Server, name: str, window_name: str, first_script: Path, run_dir: Path,
+                    workdir: Path) -> libtmux.Session:
+    """A session whose first pane runs `first_script`, recording `run_dir`; panes stay visible after their process
+    exits, so the last lines can be read, and show their titles."""
+    session = srv.new_session(session_name=name, window_name=window_name, start_directory=str(workdir),
+                              window_command=f"bash {first_script}", x=200, y=50)
+    session.active_window.set_option("remain-on-exit", "on")
     session.set_option("pane-border-status", "top")
     session.set_option("pane-border-format", " #{pane_index}: #{pane_title} ")
-    session.set_option(RUN_DIR_OPTION, str(plan.run_dir))
+    session.set_option(RUN_DIR_OPTION, str(run_dir))
+    return session
+
+
+def name_pane(session: libtmux.Session, role: str, pane, title: str) -> None:
+    """Title `pane` and record it as the session's `role` pane (PANE_OPTION)."""
+    pane.cmd("select-pane", "-T", title)
+    session.set_option(PANE_OPTION[role], pane.pane_id)
+
+
+def start_session(srv: libtmux.Server, plan: Plan, workdir: Path) -> libtmux.Session:
+    """The panes of `plan`; without an inference pane (a remote server, a sweep's run) the trainer's is the first."""
+    first = plan.inference or plan.trainer
+    session = new_run_session(srv, plan.session, "vf-rl", first.script, plan.run_dir, workdir)
+    window = session.active_window
     if plan.inference is None:
         trainer = window.active_pane
     else:
         inference = window.active_pane
         trainer = window.split(shell=f"bash {plan.trainer.script}", start_directory=str(workdir))
-        inference.cmd("select-pane", "-T", plan.inference.title)
-        session.set_option(PANE_OPTION["inference"], inference.pane_id)
+        name_pane(session, "inference", inference, plan.inference.title)
         window.select_layout("even-horizontal")
-    trainer.cmd("select-pane", "-T", plan.trainer.title)
-    session.set_option(PANE_OPTION["trainer"], trainer.pane_id)
+    name_pane(session, "trainer", trainer, plan.trainer.title)
     metrics = trainer.split(direction=PaneDirection.Below, size=12, shell=shlex.join(plan.metrics.command),
                             start_directory=str(workdir), environment={MARKER: str(plan.run_dir)})
-    metrics.cmd("select-pane", "-T", plan.metrics.title)
-    session.set_option(PANE_OPTION["metrics"], metrics.pane_id)
+    name_pane(session, "metrics", metrics, plan.metrics.title)
     trainer.select()
     return session
 
@@ -85,22 +93,12 @@ def start_sweep_session(srv: libtmux.Server, server: Plan, metrics_command: list
                         workdir: Path) -> libtmux.Session:
     """A sweep's own session (launcher/sweep.py): its vf-vllm, and under it the metrics of every run (each run has a
     session of its own, started by start_session)."""
-    session = srv.new_session(
-        session_name=server.session, window_name="vf-rl sweep", start_directory=str(workdir),
-        window_command=f"bash {server.inference.script}", x=200, y=50,
-    )
-    window = session.active_window
-    window.set_option("remain-on-exit", "on")
-    session.set_option("pane-border-status", "top")
-    session.set_option("pane-border-format", " #{pane_index}: #{pane_title} ")
-    session.set_option(RUN_DIR_OPTION, str(server.run_dir))
-    inference = window.active_pane
-    inference.cmd("select-pane", "-T", server.inference.title)
-    session.set_option(PANE_OPTION["inference"], inference.pane_id)
+    session = new_run_session(srv, server.session, "vf-rl sweep", server.inference.script, server.run_dir, workdir)
+    inference = session.active_window.active_pane
+    name_pane(session, "inference", inference, server.inference.title)
     metrics = inference.split(direction=PaneDirection.Below, shell=shlex.join(metrics_command),
                               start_directory=str(workdir), environment={MARKER: str(server.run_dir)})
-    metrics.cmd("select-pane", "-T", "Metrics of the runs")
-    session.set_option(PANE_OPTION["metrics"], metrics.pane_id)
+    name_pane(session, "metrics", metrics, "Metrics of the runs")
     metrics.select()
     return session
 
