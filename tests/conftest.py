@@ -1,7 +1,9 @@
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import tomli_w
@@ -76,6 +78,23 @@ def tmux_socket(kind: str, tmp_path: Path) -> str:
     """A tmux socket name no other pytest run on this machine uses at the same time: sockets live in one
     /tmp/tmux-UID/ for all of them, and tmp_path's name (test_x0) repeats from run to run."""
     return f"vfrl-{kind}-{os.getpid()}-{tmp_path.name}"
+
+
+@contextmanager
+def socket_of_real_runs(kind: str, tmp_path: Path) -> Iterator[str]:
+    """A tmux_socket for real vf-rl runs; at the end (a failure too) every vf-rl session on it gets the clean stop,
+    so no vLLM is left behind, then its tmux server is killed."""
+    from vfrl.launcher import tmux
+    from vfrl.launcher.lifecycle import stop_run
+
+    name = tmux_socket(kind, tmp_path)
+    try:
+        yield name
+    finally:
+        srv = tmux.server(name)
+        for session in tmux.run_sessions(srv):
+            stop_run(srv, session, trainer_grace=20, echo=lambda _: None)
+        subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
 
 
 def against_server(cfg: Path, base_url: str, api_key_var: str = "SHARED_VLLM_KEY") -> Path:

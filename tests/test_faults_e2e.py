@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import tmux_socket
+from conftest import socket_of_real_runs
 
 from test_launcher_session_e2e import VF_RL, start_run
 from vfrl.launcher import procs, tmux
@@ -28,14 +28,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 def socket_name(tmp_path):
-    name = tmux_socket("faults", tmp_path)
-    yield name
-    srv = tmux.server(name)
-    for session in tmux.run_sessions(srv):  # on failure: the clean stop, so no vLLM is left behind
-        from vfrl.launcher.lifecycle import stop_run
-
-        stop_run(srv, session, trainer_grace=20, echo=lambda _: None)
-    subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
+    with socket_of_real_runs("faults", tmp_path) as name:
+        yield name
 
 
 def vllm_server_pid(run_dir: Path) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import against_server, tmux_socket, write_config
+from conftest import against_server, socket_of_real_runs, write_config
 from test_launcher_session import fake_run
 from vfrl.launcher import procs, tmux
 from vfrl.proc_table import stat
@@ -27,14 +27,8 @@ VF_RL = str(Path(sys.executable).parent / "vf-rl")
 
 @pytest.fixture(scope="module")
 def socket_name(tmp_path_factory):
-    name = tmux_socket("stop-e2e", tmp_path_factory.mktemp("sock"))
-    yield name
-    srv = tmux.server(name)
-    for session in tmux.run_sessions(srv):  # on failure: the same clean stop, so no vLLM is left behind
-        from vfrl.launcher.lifecycle import stop_run
-
-        stop_run(srv, session, trainer_grace=20, echo=lambda _: None)
-    subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
+    with socket_of_real_runs("stop-e2e", tmp_path_factory.mktemp("sock")) as name:
+        yield name
 
 
 def vf_rl(*args, cwd, timeout=180, env=None):

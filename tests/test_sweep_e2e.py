@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, tmux_socket, write_config
+from conftest import BIN, socket_of_real_runs, write_config
 from vfrl.launcher import procs, tmux
 from vfrl.run_dir import RunDir, read_jsonl
 
@@ -38,14 +38,8 @@ def vf_rl(*args, cwd, timeout=300):
 
 @pytest.fixture
 def socket_name(tmp_path):
-    name = tmux_socket("sweep", tmp_path)
-    yield name
-    srv = tmux.server(name)
-    from vfrl.launcher.lifecycle import stop_run
-
-    for session in tmux.run_sessions(srv):  # on failure: the clean stop, so no vLLM is left behind
-        stop_run(srv, session, trainer_grace=20, echo=lambda _: None)
-    subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True)
+    with socket_of_real_runs("sweep", tmp_path) as name:
+        yield name
 
 
 def test_a_two_run_sweep_trains_both_against_one_vllm_each_under_its_own_adapter_names(tmp_path, tiny_model,
