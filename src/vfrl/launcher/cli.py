@@ -189,13 +189,18 @@ def run(
     if attach is None:
         attach = sys.stdout.isatty()
     if attach:
-        sock = ["-L", tmux_socket] if tmux_socket else []
-        # inside tmux already (same server): switch this client over rather than nest a second one
-        verb = "switch-client" if os.environ.get("TMUX") and not tmux_socket else "attach"
-        os.execvp("tmux", ["tmux", *sock, verb, "-t", session_name])
+        attach_to(session_name, tmux_socket)
     typer.echo(f"vf-rl: watch with `{tmux_hint(tmux_socket)} attach -t {session_name}`; stop with "
                f"`vf-rl stop {session_name}` or Ctrl-C here")
     raise typer.Exit(wait_for_trainer(srv, session_name, run_dir))
+
+
+def attach_to(session_name: str, tmux_socket: str | None) -> None:
+    """This terminal becomes a tmux client of the session (never returns)."""
+    sock = ["-L", tmux_socket] if tmux_socket else []
+    # inside tmux already (same server): switch this client over rather than nest a second one
+    verb = "switch-client" if os.environ.get("TMUX") and not tmux_socket else "attach"
+    os.execvp("tmux", ["tmux", *sock, verb, "-t", session_name])
 
 
 def run_sweep(ctx: typer.Context, cfg: RLConfig, config_path: Path, specs: list[str], session: str | None,
@@ -245,9 +250,7 @@ def run_sweep(ctx: typer.Context, cfg: RLConfig, config_path: Path, specs: list[
     if attach is None:
         attach = sys.stdout.isatty()
     if attach:
-        sock = ["-L", tmux_socket] if tmux_socket else []
-        verb = "switch-client" if os.environ.get("TMUX") and not tmux_socket else "attach"
-        os.execvp("tmux", ["tmux", *sock, verb, "-t", sweep.server.session])
+        attach_to(sweep.server.session, tmux_socket)
     try:
         codes = sweep_session.follow(srv, sweep, lambda line: typer.echo(line))
     except KeyboardInterrupt:
@@ -460,16 +463,12 @@ def stop(
         from vfrl.launcher import sweep_session
 
         sweep_session.stop(srv, record, trainer_grace=timeout, echo=typer.echo)
-        codes = [(run["session"], (RunDir(Path(run["run_dir"])).exit_code("trainer").read_text().strip()
-                                   if RunDir(Path(run["run_dir"])).exit_code("trainer").exists() else "?"))
-                 for run in record["runs"]]
-        typer.echo(f"vf-rl: stopped the sweep '{name}' (trainer exit codes: "
-                   + ", ".join(f"{s} {c}" for s, c in codes) + f"); sweep directory {run_dir}")
+        codes = ", ".join(f"{run['session']} {lifecycle.trainer_exit_code(Path(run['run_dir']))}"
+                          for run in record["runs"])
+        typer.echo(f"vf-rl: stopped the sweep '{name}' (trainer exit codes: {codes}); sweep directory {run_dir}")
         return
     killed = lifecycle.stop_run(srv, name, trainer_grace=timeout, echo=typer.echo)
-    exit_file = RunDir(run_dir).exit_code("trainer")
-    code = exit_file.read_text().strip() if exit_file.exists() else "?"
-    typer.echo(f"vf-rl: stopped '{name}' (trainer exit code {code}"
+    typer.echo(f"vf-rl: stopped '{name}' (trainer exit code {lifecycle.trainer_exit_code(run_dir)}"
                + (f"; {len(killed)} process(es) needed SIGKILL" if killed else "") + f"); run directory {run_dir}")
 
 

@@ -10,7 +10,6 @@ A remote server (inference.base_url) has no pane and no process of the run: noth
 
 from __future__ import annotations
 
-import json
 import time
 import tomllib
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Callable
 import libtmux
 
 from vfrl.launcher import procs, tmux
+from vfrl.launcher.sweep import read_record
 from vfrl.proc_table import pid_alive
 from vfrl.run_dir import RunDir, read_jsonl
 from vfrl.trainer.failure import TRACEBACK_END, TRACEBACK_START
@@ -112,6 +112,12 @@ def last_metrics(run_dir: Path) -> dict | None:
     return steps[-1] if steps else None
 
 
+def trainer_exit_code(run_dir: Path) -> str:
+    """The exit code the trainer pane recorded, as written; "?" before it has."""
+    exit_file = RunDir(run_dir).exit_code("trainer")
+    return exit_file.read_text().strip() if exit_file.exists() else "?"
+
+
 def describe_pane(state: tmux.PaneState | None, exit_code_file: Path | None = None) -> str:
     """tmux can report a pane dead (its pty closed) a moment before it knows the exit status; the pane
     script's own record (RunDir.exit_code) is the authority when present."""
@@ -136,13 +142,12 @@ def remote_server(run_dir: Path) -> str | None:
 def status_line(srv: libtmux.Server, session: str, run_dir: Path) -> str:
     paths = RunDir(run_dir)
     inference = server_state(srv, session, paths)
-    if (sweep := run_dir / "sweep.json").is_file():  # a sweep's own session: its server (launcher/sweep.py)
-        runs = len(json.loads(sweep.read_text())["runs"])
-        return f"{session}: sweep of {runs} runs, inference {inference} | {run_dir}"
+    if record := read_record(run_dir):  # a sweep's own session: its server
+        return f"{session}: sweep of {len(record['runs'])} runs, inference {inference} | {run_dir}"
     trainer = describe_pane(tmux.pane_state(srv, session, "trainer"), paths.exit_code("trainer"))
     if remote := remote_server(run_dir):
         inference = f"remote at {remote}"
-    elif (run_dir.parent / "sweep.json").is_file():
+    elif read_record(run_dir.parent):
         inference = f"the sweep's ({run_dir.parent.name})"
     m = last_metrics(run_dir)
     progress = (f"step {m['step']}/{m['max_steps']}, reward {m['reward_mean']:.3f}" if m

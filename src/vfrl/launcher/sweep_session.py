@@ -19,7 +19,7 @@ from vfrl.launcher import lifecycle, tmux
 from vfrl.launcher.pane_env import write_environment
 from vfrl.launcher.plan import console_script
 from vfrl.launcher.render import inference_epilogue, pane_script, pane_scripts, render_plan
-from vfrl.launcher.sweep import Sweep, read_record, write_record
+from vfrl.launcher.sweep import Sweep, write_record
 from vfrl.launcher.watch import watch_runs
 from vfrl.run_dir import RunDir
 
@@ -79,12 +79,6 @@ def render(sweep: Sweep, workdir: Path, machine, socket_name: str | None) -> str
     return "\n".join(out)
 
 
-def ended(srv, sweep_record: dict) -> bool:
-    """Has every run's trainer exited (its exit code recorded), or its session gone?"""
-    return all(RunDir(Path(r["run_dir"])).exit_code("trainer").exists() or not tmux.session_exists(srv, r["session"])
-               for r in sweep_record["runs"])
-
-
 def follow(srv, sweep: Sweep, write: Callable[[str], None]) -> list[int]:
     """Stream every run's steps until each has ended; then stop the sweep. Returns each run's exit code (1 when
     unknown: its session was closed first)."""
@@ -105,8 +99,3 @@ def stop(srv, record: dict, only: str | None = None, trainer_grace: float = 60,
             lifecycle.stop_run(srv, run["session"], trainer_grace=trainer_grace, echo=echo)
     if only is None and tmux.session_exists(srv, record["session"]):
         lifecycle.stop_run(srv, record["session"], echo=echo)
-
-
-def sweep_of(run_dir: Path) -> dict | None:
-    """The record of the sweep `run_dir` is (its directory) or belongs to (a run's); None otherwise."""
-    return read_record(run_dir) or read_record(run_dir.parent)
