@@ -68,7 +68,8 @@ trainer_pid = Path(os.environ["TRAINER_PID"]) if "TRAINER_PID" in os.environ els
 port = ServedPort("127.0.0.1", int(os.environ["PORT"]), Path(os.environ["PORT_FILE"]) if "PORT_FILE" in os.environ
                   else None) if "PORT" in os.environ else None
 code = run_supervised([sys.executable, "-c", {FAKE_SERVER!r}, "--port", os.environ.get("PORT", "0")], env=None,
-                      trainer_pid=trainer_pid, started=lambda pid: print("server", pid, flush=True), port=port,
+                      trainer_pids=[trainer_pid] if trainer_pid else [],
+                      started=lambda pid: print("server", pid, flush=True), port=port,
                       max_restarts=int(os.environ.get("MAX_RESTARTS", "0")), restarts_log=os.environ.get("RESTARTS"),
                       engines_file=os.environ.get("ENGINES"))
 print("exit", code, flush=True)

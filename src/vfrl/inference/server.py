@@ -240,7 +240,7 @@ def serve(
     raise typer.Exit(run_supervised(argv, server_env(dict(os.environ), not cfg.serves_adapters, argv),
                                     started=started, port=served, max_restarts=cfg.inference.max_restarts,
                                     restarts_log=paths.inference_restarts if paths else None,
-                                    trainer_pid=trainer_pid or (paths.trainer_pid if paths else None),
+                                    trainer_pids=trainer_pid or ([paths.trainer_pid] if paths else []),
                                     engines_file=paths.inference_engines if paths else None))
 
 

@@ -33,6 +33,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Sequence
 
 from vfrl.inference.served_port import ServedPort
 from vfrl.proc_table import group_members, stat
@@ -180,13 +181,13 @@ def start_reaper(pgid: int) -> subprocess.Popen:
 
 
 def run_supervised(argv: list[str], env: dict[str, str], say=print, started=None, port: ServedPort | None = None,
-                   max_restarts: int = 0, restarts_log: Path | None = None,
-                   trainer_pid: Path | list[Path] | None = None, engines_file: Path | None = None) -> int:
+                   max_restarts: int = 0, restarts_log: Path | None = None, trainer_pids: Sequence[Path] = (),
+                   engines_file: Path | None = None) -> int:
     """Run `argv` as the leader of a new process group; return its exit code (128 + N for signal N).
     `started(pid)`, when given, is called with the server's pid each time it starts. A server that exits unasked
     after it answered /health on `port` is started again, on the port it served on, up to `max_restarts` times; the
-    server is stopped once the vf-train of `trainer_pid` is gone (module docstring), or every one of them (a list: the
-    runs of a sweep share the server); its engine cores are recorded in `engines_file`."""
+    server is stopped once the vf-train of each of `trainer_pids` is gone (module docstring; several: the runs of a
+    sweep share the server); its engine cores are recorded in `engines_file`."""
     asked: list[int] = []
     running: list[subprocess.Popen] = []  # the server now
 
@@ -199,11 +200,10 @@ def run_supervised(argv: list[str], env: dict[str, str], say=print, started=None
 
     for sig in FORWARDED:
         signal.signal(sig, forward)
-    pid_files = trainer_pid if isinstance(trainer_pid, list) else [trainer_pid]
-    trainers = [TrainerGone(f) for f in pid_files]
+    trainers = [TrainerGone(f) for f in trainer_pids]
 
     def stopping() -> bool:
-        if not asked and all(gone := [trainer() for trainer in trainers]):
+        if not asked and trainers and all(gone := [trainer() for trainer in trainers]):
             if len(gone) == 1:
                 say(f"vf-vllm: the trainer (pid {gone[0]}) is gone and nothing stopped the server (its pane closed "
                     "with it?); stopping the server", flush=True)
