@@ -29,6 +29,10 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 
+# vf-train's --server-dir: the run directory of the vf-vllm a run shares with the other runs of a sweep
+SERVER_DIR_ENV = "VFRL_SERVER_DIR"
+
+
 @dataclass(frozen=True)
 class RunDir:
     path: Path

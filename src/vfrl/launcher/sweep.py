@@ -26,9 +26,8 @@ from vfrl.config import RLConfig
 from vfrl.inference.lora_ranks import adapters_served
 from vfrl.launcher.overrides import Override, parse_value
 from vfrl.launcher.plan import Plan, make_plan
-from vfrl.run_dir import RunDir
+from vfrl.run_dir import SERVER_DIR_ENV, RunDir
 
-SERVER_DIR_ENV = "VFRL_SERVER_DIR"  # vf-train's --server-dir: the run directory of the vf-vllm it shares
 # what the runs of one server cannot differ in, or what the sweep itself sets
 FIXED = {"model", "trainer.gpus", "trainer.args.run_name", "trainer.args.output_dir", "trainer.args.use_lora",
          "trainer.args.lora_sync", "trainer.args.resume_from"}

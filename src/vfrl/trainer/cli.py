@@ -17,7 +17,7 @@ from vfrl.cpu_cores import TRAINER_CORES_ENV, pin
 from vfrl.daemon_pool import exit_process
 from vfrl.gpu_share import TRAINER_LOADS_AFTER_VLLM_ENV
 from vfrl.inference.server import API_KEY_ENV
-from vfrl.run_dir import RunDir
+from vfrl.run_dir import SERVER_DIR_ENV, RunDir
 from vfrl import stop_signals
 from vfrl.trainer.failure import (
     EXIT_ERROR, EXIT_INFERENCE_LOST, EXIT_INTERRUPTED, TrainingStopped, describe, log_traceback,
@@ -37,7 +37,7 @@ def train(
         help="vLLM base URL of a server on another machine (a Slurm job's inference node): watched by /health only, "
              "never stopped; default: inference.base_url, else [inference] host/port.")] = None,
     server_dir: Annotated[Path | None, typer.Option(
-        envvar="VFRL_SERVER_DIR",
+        envvar=SERVER_DIR_ENV,
         help="The run directory of the vf-vllm this run shares with the other runs of a sweep (its pid, port, "
              "restarts and log); default: the run's own.")] = None,
 ) -> None:
