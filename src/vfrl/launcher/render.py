@@ -107,8 +107,9 @@ def pane_scripts(plan: Plan, workdir: Path) -> list[tuple[PanePlan, str]]:
     return [(pane, pane_script(pane, plan.run_dir, workdir, after)) for pane, after in panes]
 
 
-def render_plan(plan: Plan, workdir: Path, machine: Machine, socket_name: str | None, job: str | None = None) -> str:
-    """What `--dry-run` prints: the machine, the split, the run directory, and each pane's exact script."""
+def render_plan(plan: Plan, workdir: Path, machine: Machine, socket_name: str | None, job: str | None = None,
+                scripts: bool = True) -> str:
+    """What `--dry-run` prints: the machine, the split, the run directory, and (`scripts`) each pane's exact script."""
     inference = plan.config.inference
     if plan.inference is None:
         devices = ((f"trainer GPUs {','.join(plan.trainer_devices)}" if plan.device == "cuda" else
@@ -164,7 +165,8 @@ def render_plan(plan: Plan, workdir: Path, machine: Machine, socket_name: str | 
            " listens)" if inference.port == 0 and not job else
            " (port 0: a free port is picked at launch)" if inference.port == 0 else ""),
     ]
-    for pane, script in pane_scripts(plan, workdir):
-        out += ["", f"--- pane {pane.title}: {pane.script} ---", script.rstrip()]
-    out += ["", f"--- pane {plan.metrics.title} (under the trainer): {shlex.join(plan.metrics.command)}"]
+    if scripts:
+        for pane, script in pane_scripts(plan, workdir):
+            out += ["", f"--- pane {pane.title}: {pane.script} ---", script.rstrip()]
+        out += ["", f"--- pane {plan.metrics.title} (under the trainer): {shlex.join(plan.metrics.command)}"]
     return "\n".join(out)

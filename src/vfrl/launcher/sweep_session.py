@@ -69,7 +69,7 @@ def render(sweep: Sweep, workdir: Path, machine, socket_name: str | None) -> str
     out.append(f"vLLM serves:    every run's adapters, up to {served.inference.args['max_loras']} at once "
                f"(--max-loras), rank <= {served.args.lora_rank}")
     out += [f"note:           {note}" for note in sweep.notes]
-    server_plan = render_plan(sweep.server, workdir, machine, socket_name).split("\n\n--- pane")[0]
+    server_plan = render_plan(sweep.server, workdir, machine, socket_name, scripts=False)  # its own below
     out += ["", "# the sweep's server (its session: vf-vllm and the metrics of every run)", server_plan,
             f"trainer threads: {sweep.runs[0].plan.trainer.env.get('OMP_NUM_THREADS', '-')} per run"
             if sweep.runs[0].plan.device == "cpu" else f"trainer GPUs: {','.join(sweep.runs[0].plan.trainer_devices)}"
